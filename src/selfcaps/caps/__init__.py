@@ -1,0 +1,37 @@
+"""Capsule mathematics: squash/unsquash, routing algorithms and capsule layers (pure torch)."""
+
+from selfcaps.caps.functional import caps_length, safe_norm, squash, unit_vector, unsquash
+from selfcaps.caps.fused_routing import fused_dense_routing
+from selfcaps.caps.layers import (
+    ConvCaps2d,
+    DenseCaps,
+    PrimaryCaps2d,
+    SelfRouting1d,
+    SelfRouting2d,
+    SelfRoutingDense,
+    child_votes,
+    flatten_caps,
+    unfold_caps,
+)
+from selfcaps.caps.routing import dynamic_routing, em_routing, self_routing
+
+__all__ = [
+    "ConvCaps2d",
+    "DenseCaps",
+    "PrimaryCaps2d",
+    "SelfRouting1d",
+    "SelfRouting2d",
+    "SelfRoutingDense",
+    "caps_length",
+    "child_votes",
+    "dynamic_routing",
+    "em_routing",
+    "flatten_caps",
+    "fused_dense_routing",
+    "safe_norm",
+    "self_routing",
+    "squash",
+    "unfold_caps",
+    "unit_vector",
+    "unsquash",
+]

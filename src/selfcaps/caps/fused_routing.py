@@ -1,0 +1,254 @@
+"""Fused votes + dynamic routing for fully connected capsule layers.
+
+This computes exactly what ``dynamic_routing(child_votes(u, W, M), ...)`` does
+(see :func:`selfcaps.caps.routing.dynamic_routing` for the mathematics, Sabour
+et al. 2017 eqs. 1-3), but faster and in a fraction of the memory:
+
+* The batch is processed in chunks whose votes fit in the CPU cache (about
+  4 MB each), so the repeated passes of the routing iterations read cached data
+  and no batch-sized vote tensor (42 MB for CoCa at batch 128) is ever
+  allocated. Nothing but the inputs is saved for backward: the chunk's votes
+  are recomputed there (one GEMM), as in activation checkpointing.
+* The votes are held in two layouts, ``(B*M, N, D)`` and ``(B*M, D, N)``, so
+  that every contraction of the routing and of its backward is a row-vector
+  times matrix product, the fast orientation of ``torch.bmm``.
+* The backward pass is written by hand: the gradient with respect to the votes
+  is assembled once per chunk as one batched outer product of the per-iteration
+  coefficients and vector gradients, instead of one vote-sized tensor per use.
+
+Its correctness is checked against the readable autograd implementation and by
+float64 ``gradcheck`` in ``tests/caps/test_fused_routing.py``. Double backward
+is not supported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from selfcaps.caps.functional import SQUASH_EPS, squash, unit_vector
+from selfcaps.caps.routing import Agreement, Normalize
+
+__all__ = ["fused_dense_routing"]
+
+_CHUNK_ELEMENTS = 1 << 20  # votes per chunk: 4 MB in float32
+
+
+def _chunk_size(n_children: int, out_caps: int, out_dim: int, batch: int) -> int:
+    per_sample = n_children * out_caps * out_dim
+    return max(1, min(batch, _CHUNK_ELEMENTS // max(per_sample, 1)))
+
+
+def _vjp(fn: Any, x: Tensor, grad: Tensor) -> Tensor:
+    """Vector-Jacobian product of an element-wise capsule map on a small tensor."""
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(fn(x), x, grad)
+    return g
+
+
+class _Votes:
+    """A chunk's votes in two layouts, ``u`` ``(K, N, D)`` and ``uT`` ``(K, D, N)``; ``K = b*M``."""
+
+    def __init__(self, x: Tensor, weight: Tensor, out_caps: int, agreement: Agreement) -> None:
+        b, N, _ = x.shape
+        votes = torch.bmm(x.transpose(0, 1), weight)  # (N, b, M*D)
+        D = votes.shape[-1] // out_caps
+        self.u = votes.view(N, b * out_caps, D).transpose(0, 1).contiguous()
+        self.uT = self.u.transpose(1, 2).contiguous()
+        self.b, self.M, self.N, self.D = b, out_caps, N, D
+        # Inverse vote norms for the cosine agreement, (K, 1, N).
+        self.inv_norm = (
+            torch.rsqrt(self.uT.pow(2).sum(1, keepdim=True) + SQUASH_EPS)
+            if agreement == "cosine"
+            else None
+        )
+
+
+class _Trace:
+    """What the forward iterations leave for the backward pass."""
+
+    def __init__(self) -> None:
+        self.c: list[Tensor] = []  # coupling coefficients, (b, M, N)
+        self.s: list[Tensor] = []  # total inputs, (K, D)
+        self.v: list[Tensor] = []  # parent poses, (K, D)
+        self.agree: list[Tensor] = []  # agreements, (K, 1, N)
+
+
+def _route(vt: _Votes, iters: int, agreement: Agreement, softmax_dim: int) -> tuple[Tensor, _Trace]:
+    K, N, D = vt.u.shape
+    logits = vt.u.new_zeros(vt.b, vt.M, N)
+    tr = _Trace()
+    for it in range(iters):
+        c = torch.softmax(logits, dim=softmax_dim)
+        s = torch.bmm(c.view(K, 1, N), vt.u).view(K, D)
+        v = squash(s)
+        tr.c.append(c), tr.s.append(s), tr.v.append(v)
+        if it == iters - 1:
+            break
+        if agreement == "dot":
+            a = torch.bmm(v.view(K, 1, D), vt.uT)
+        else:
+            a = torch.bmm(unit_vector(v).view(K, 1, D), vt.uT) * vt.inv_norm
+        tr.agree.append(a)
+        logits = logits + a.view(vt.b, vt.M, N)
+    return v, tr
+
+
+def _route_backward(
+    vt: _Votes,
+    grad_v: Tensor,
+    tr: _Trace,
+    agreement: Agreement,
+    softmax_dim: int,
+    detach_intermediate: bool,
+) -> Tensor:
+    """Gradient of the routing with respect to the votes, in layout ``(K, D, N)``."""
+    K, N, D = vt.u.shape
+    iters = len(tr.c)
+    coef: list[Tensor] = []  # (K, 1, N) fields
+    vecs: list[Tensor] = []  # (K, D, 1) vectors; grad_uT = sum_t vecs[t] @ coef[t]
+    scale_field: Tensor | None = None  # cosine: extra term scale_field * u
+    g_logits: Tensor | None = None  # gradient w.r.t. the logits entering the current iteration
+    for t in reversed(range(iters)):
+        if t == iters - 1:
+            g_v = grad_v
+        else:
+            # logits_{t+1} = logits_t + a_t(u, v_t): gradient g_logits flows to v_t and to u.
+            g_a = g_logits.view(K, 1, N)
+            if agreement == "dot":
+                g_v = torch.bmm(g_a, vt.u).view(K, D)
+                coef.append(g_a), vecs.append(tr.v[t].view(K, D, 1))
+            else:
+                g_a_scaled = g_a * vt.inv_norm
+                g_vhat = torch.bmm(g_a_scaled, vt.u).view(K, D)
+                g_v = _vjp(unit_vector, tr.v[t], g_vhat)
+                coef.append(g_a_scaled), vecs.append(unit_vector(tr.v[t]).view(K, D, 1))
+                # d a / d u = v_hat / |u| - a u / |u|^2
+                term = -g_a * tr.agree[t] * vt.inv_norm.pow(2)
+                scale_field = term if scale_field is None else scale_field + term
+        g_s = _vjp(squash, tr.s[t], g_v)
+        coef.append(tr.c[t].view(K, 1, N)), vecs.append(g_s.view(K, D, 1))
+        if t == 0 or detach_intermediate:
+            break
+        g_c = torch.bmm(g_s.view(K, 1, D), vt.uT).view(vt.b, vt.M, N)
+        c = tr.c[t]
+        g_l = c * (g_c - (g_c * c).sum(softmax_dim, keepdim=True))
+        g_logits = g_l if g_logits is None else g_logits + g_l
+    grad_uT = torch.bmm(torch.cat(vecs, 2), torch.cat(coef, 1))  # (K, D, N)
+    if scale_field is not None:
+        grad_uT = grad_uT + scale_field * vt.uT
+    return grad_uT
+
+
+class _FusedDenseRouting(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        weight: Tensor,
+        out_caps: int,
+        iters: int,
+        agreement: Agreement,
+        normalize: Normalize,
+        detach_intermediate: bool,
+    ) -> tuple[Tensor, Tensor]:
+        B, N, _ = x.shape
+        D = weight.shape[-1] // out_caps
+        softmax_dim = 1 if normalize == "parents" else 2
+        chunk = _chunk_size(N, out_caps, D, B)
+        v_out = x.new_empty(B, out_caps, D)
+        c_out = x.new_empty(B, out_caps, N)
+        for i in range(0, B, chunk):
+            vt = _Votes(x[i : i + chunk], weight, out_caps, agreement)
+            v, tr = _route(vt, iters, agreement, softmax_dim)
+            v_out[i : i + chunk] = v.view(vt.b, out_caps, D)
+            c_out[i : i + chunk] = tr.c[-1]
+        ctx.save_for_backward(x, weight)
+        ctx.config = (out_caps, iters, agreement, softmax_dim, detach_intermediate, chunk)
+        ctx.mark_non_differentiable(c_out)
+        return v_out, c_out.transpose(1, 2)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_v: Tensor, _grad_c: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        out_caps, iters, agreement, softmax_dim, detach_intermediate, chunk = ctx.config
+        B, N, _ = x.shape
+        grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        for i in range(0, B, chunk):
+            xc = x[i : i + chunk]
+            vt = _Votes(xc, weight, out_caps, agreement)
+            _, tr = _route(vt, iters, agreement, softmax_dim)
+            g = grad_v[i : i + chunk].reshape(-1, vt.D)
+            grad_uT = _route_backward(vt, g, tr, agreement, softmax_dim, detach_intermediate)
+            # (K, D, N) -> (N, b, M*D), the layout of the votes GEMM.
+            grad_votes = grad_uT.reshape(-1, N).t().contiguous().view(N, vt.b, -1)
+            if grad_x is not None:
+                grad_x[i : i + chunk] = torch.bmm(grad_votes, weight.transpose(1, 2)).transpose(
+                    0, 1
+                )
+            if grad_w is not None:
+                grad_w.baddbmm_(xc.transpose(0, 1).transpose(1, 2), grad_votes)
+        return grad_x, grad_w, None, None, None, None, None
+
+
+def fused_dense_routing(
+    x: Tensor,
+    weight: Tensor,
+    out_caps: int,
+    iters: int = 3,
+    agreement: Agreement = "dot",
+    normalize: Normalize = "parents",
+    detach_intermediate: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Votes ``u_hat_{j|i} = W_ij u_i`` and dynamic routing, fused (see module docstring).
+
+    Equal to ``dynamic_routing(child_votes(x, weight, out_caps), iters, agreement,
+    detach_intermediate, normalize)``.
+
+    Args:
+        x: Child poses ``(B, N, Din)``.
+        weight: ``(N, Din, out_caps * Dout)`` (the layout of :class:`DenseCaps`).
+        out_caps: Parents ``M``.
+        iters: Routing iterations (>= 1).
+        agreement: ``"dot"`` or ``"cosine"``.
+        normalize: ``"parents"`` or ``"children"``.
+        detach_intermediate: Gradients through the last iteration only.
+
+    Returns:
+        ``(v, c)``: parent poses ``(B, M, Dout)`` and final coupling coefficients
+        ``(B, N, M)`` (not differentiable).
+
+    Examples:
+        >>> x, w = torch.randn(4, 32, 8), torch.randn(32, 8, 10 * 16)
+        >>> v, c = fused_dense_routing(x, w, out_caps=10)
+        >>> v.shape, c.shape
+        (torch.Size([4, 10, 16]), torch.Size([4, 32, 10]))
+    """
+    if x.dim() != 3 or weight.dim() != 3 or x.shape[1:] != weight.shape[:2]:
+        raise ValueError(
+            f"expected x (B, N, Din) and weight (N, Din, M*Dout) with matching N, Din; "
+            f"got x {tuple(x.shape)}, weight {tuple(weight.shape)}"
+        )
+    if weight.shape[-1] % out_caps:
+        raise ValueError(
+            f"weight's last dim {weight.shape[-1]} is not a multiple of out_caps={out_caps}"
+        )
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if agreement not in ("dot", "cosine"):
+        raise ValueError(f"agreement must be 'dot' or 'cosine', got {agreement!r}")
+    if normalize not in ("parents", "children"):
+        raise ValueError(f"normalize must be 'parents' or 'children', got {normalize!r}")
+    dtype = x.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # route in float32 under autocast
+        x, weight = x.float(), weight.float()
+    v, c = _FusedDenseRouting.apply(
+        x, weight, out_caps, iters, agreement, normalize, detach_intermediate
+    )
+    return v.to(dtype), c

@@ -1,0 +1,5 @@
+"""The ``selfcaps`` command."""
+
+from selfcaps.cli.main import main
+
+__all__ = ["main"]

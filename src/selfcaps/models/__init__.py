@@ -1,0 +1,5 @@
+"""Networks, one file per method family, behind a timm-style registry."""
+
+from selfcaps.models._registry import create_model, list_models, register_model
+
+__all__ = ["create_model", "list_models", "register_model"]
