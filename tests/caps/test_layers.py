@@ -242,3 +242,17 @@ def test_conv_layers_shapes(B, A, H, k, s, p):
     assert ConvCaps2d(A, 4, 2, 3, k, s, p)(x).shape == (B, 2, Ho, Ho, 3)
     v, a = SelfRouting2d(A, 2, 4, 3, k, s, p)(x, torch.rand(B, A, H, H))
     assert v.shape == (B, 2, Ho, Ho, 3) and a.shape == (B, 2, Ho, Ho)
+
+
+def test_fused_routing_switch_gives_same_layer_output():
+    from selfcaps.caps import use_fused_routing
+
+    layer = DenseCaps(9, 4, 3, 5).double()
+    u = torch.randn(2, 9, 4, dtype=torch.float64, requires_grad=True)
+    v1 = layer(u)
+    (g1,) = torch.autograd.grad(v1.sum(), u)
+    with use_fused_routing(False):
+        v2 = layer(u)
+        (g2,) = torch.autograd.grad(v2.sum(), u)
+    torch.testing.assert_close(v1, v2)
+    torch.testing.assert_close(g1, g2)

@@ -11,6 +11,7 @@ from selfcaps.caps.layers import (
     SelfRoutingDense,
     child_votes,
     flatten_caps,
+    use_fused_routing,
     unfold_caps,
 )
 from selfcaps.caps.routing import dynamic_routing, em_routing, self_routing
@@ -28,6 +29,7 @@ __all__ = [
     "em_routing",
     "flatten_caps",
     "fused_dense_routing",
+    "use_fused_routing",
     "safe_norm",
     "self_routing",
     "squash",

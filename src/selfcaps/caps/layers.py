@@ -15,7 +15,9 @@ Memory order (used by every layer and method in selfcaps):
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -24,7 +26,7 @@ from torch import Tensor, nn
 
 from selfcaps.caps.functional import squash
 from selfcaps.caps.fused_routing import fused_dense_routing
-from selfcaps.caps.routing import Agreement, Normalize, self_routing
+from selfcaps.caps.routing import Agreement, Normalize, dynamic_routing, self_routing
 
 __all__ = [
     "ConvCaps2d",
@@ -35,10 +37,50 @@ __all__ = [
     "SelfRoutingDense",
     "child_votes",
     "flatten_caps",
+    "use_fused_routing",
     "unfold_caps",
 ]
 
 Init = Literal["normal", "kaiming", "xavier"]
+
+_FUSED_ROUTING = True
+
+
+@contextlib.contextmanager
+def use_fused_routing(enabled: bool) -> Iterator[None]:
+    """Switch :class:`DenseCaps` / :class:`ConvCaps2d` between the fused implementation
+    (default) and the readable ``dynamic_routing(child_votes(...))`` for the duration.
+
+    Both give the same values and gradients; the readable path is what FLOP counters
+    and debuggers see op by op.
+
+    Args:
+        enabled: Use the fused implementation.
+    """
+    global _FUSED_ROUTING
+    previous, _FUSED_ROUTING = _FUSED_ROUTING, enabled
+    try:
+        yield
+    finally:
+        _FUSED_ROUTING = previous
+
+
+def _route_dense(
+    x: Tensor,
+    weight: Tensor,
+    out_caps: int,
+    iters: int,
+    agreement: Agreement,
+    normalize: Normalize = "parents",
+    detach_intermediate: bool = False,
+) -> tuple[Tensor, Tensor]:
+    if _FUSED_ROUTING:
+        return fused_dense_routing(
+            x, weight, out_caps, iters, agreement, normalize, detach_intermediate
+        )
+    return dynamic_routing(
+        child_votes(x, weight, out_caps), iters, agreement, detach_intermediate, normalize
+    )
 
 
 def flatten_caps(x: Tensor) -> Tensor:
@@ -255,14 +297,14 @@ class DenseCaps(nn.Module):
             u: Child capsules.
             return_coupling: Also return the final coupling coefficients ``(B, N, M)``.
         """
-        v, c = fused_dense_routing(
+        v, c = _route_dense(
             flatten_caps(u),
             self.weight,
             self.out_caps,
-            iters=self.iters,
-            agreement=self.agreement,
-            normalize=self.normalize,
-            detach_intermediate=self.detach_intermediate,
+            self.iters,
+            self.agreement,
+            self.normalize,
+            self.detach_intermediate,
         )
         return (v, c) if return_coupling else v
 
@@ -334,7 +376,7 @@ class ConvCaps2d(nn.Module):
         """Map a ``(B, T, H, W, D)`` capsule map to ``(B, out_caps, Ho, Wo, out_dim)``."""
         B = x.shape[0]
         children, Ho, Wo = unfold_caps(x, self.kernel_size, self.stride, self.padding)
-        v, _ = fused_dense_routing(children, self.weight, self.out_caps, self.iters, self.agreement)
+        v, _ = _route_dense(children, self.weight, self.out_caps, self.iters, self.agreement)
         return v.view(B, Ho, Wo, self.out_caps, self.out_dim).permute(0, 3, 1, 2, 4)
 
 

@@ -1,4 +1,9 @@
-"""Entry point of the ``selfcaps`` command: subcommand dispatch and error reporting."""
+"""Entry point of the ``selfcaps`` command: subcommand dispatch and error reporting.
+
+Errors a user can fix (an unknown name or key, a bad value, missing or corrupt
+data, an unreadable checkpoint) are printed as one ``selfcaps: error: ...``
+line on stderr with exit code 2; a run stopped by a non-finite loss exits 3.
+"""
 
 from __future__ import annotations
 
@@ -11,22 +16,43 @@ from selfcaps.models import list_models
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    for name in list_models(args.pattern):
-        print(name)
+    from selfcaps.cli.config import list_presets
+    from selfcaps.data import list_datasets
+    from selfcaps.methods import list_methods
+
+    if args.what == "models":
+        print("\n".join(list_models(args.pattern)))
+    elif args.what == "methods":
+        presets = list_presets()
+        for m in list_methods():
+            print(f"{m:<12} presets: {', '.join(presets.get(m, []))}")
+    elif args.what == "datasets":
+        print("\n".join(list_datasets()))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level argument parser with every subcommand."""
+    from selfcaps.cli.run import add_run_arguments, cmd_pretrain, cmd_run
+
     parser = argparse.ArgumentParser(
-        prog="selfcaps",
-        description="Capsule networks that learn without labels.",
+        prog="selfcaps", description="Capsule networks that learn without labels."
     )
     parser.add_argument("--version", action="version", version=f"selfcaps {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p_list = sub.add_parser("list", help="list registered models")
-    p_list.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'coca*'")
-    p_list.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("list", help="list models, methods (with presets) or datasets")
+    p.add_argument("what", nargs="?", default="models", choices=["models", "methods", "datasets"])
+    p.add_argument("--pattern", default="*", help="shell-style filter for models, e.g. 'coca*'")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("run", help="pretrain, evaluate, write a run directory")
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("pretrain", help="train only (checkpoints and weights, no evaluation)")
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_pretrain)
     return parser
 
 
@@ -39,12 +65,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    from selfcaps.cli.config import ConfigError
+    from selfcaps.methods import NonFiniteError
+    from selfcaps.methods.io import CheckpointError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except NonFiniteError as e:
+        print(f"selfcaps: error: {e}", file=sys.stderr)
+        return 3
+    except (ConfigError, CheckpointError, FileNotFoundError, PermissionError) as e:
+        print(f"selfcaps: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # unknown names and invalid values from the library
+        print(f"selfcaps: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

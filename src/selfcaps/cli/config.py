@@ -1,0 +1,214 @@
+"""Run configuration: YAML presets, ``key=value`` overrides, validation with clear errors.
+
+A run's configuration is ``configs/base.yaml`` merged with the method's preset
+``configs/<method>_<preset>.yaml``, then the command line's overrides. Only keys
+present in that merge are accepted; values must have the type of the value they
+replace. YAML is parsed with ``yaml.safe_load`` (no object construction).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+__all__ = [
+    "ConfigError",
+    "flat_keys",
+    "list_presets",
+    "load_config",
+    "load_yaml",
+    "parse_overrides",
+]
+
+_CONFIG_PACKAGE = "selfcaps.configs"
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names the key."""
+
+
+def load_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
+    """Parse a YAML mapping safely (``yaml.safe_load``: no Python object construction).
+
+    Args:
+        path: File to read (also used in error messages).
+        text: The file's text, if already read.
+
+    Returns:
+        The mapping (empty for an empty file).
+
+    Raises:
+        ConfigError: The file is not valid YAML or not a mapping.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text() if text is None else text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def _config_text(name: str) -> str:
+    return resources.files(_CONFIG_PACKAGE).joinpath(name).read_text()
+
+
+def list_presets(method: str | None = None) -> dict[str, list[str]]:
+    """Shipped presets by method: ``{"coca": ["paper", "quick", ...], ...}``.
+
+    Args:
+        method: Restrict to one method.
+    """
+    out: dict[str, list[str]] = {}
+    for entry in resources.files(_CONFIG_PACKAGE).iterdir():
+        name = entry.name
+        if not name.endswith(".yaml") or name == "base.yaml" or "_" not in name:
+            continue
+        m, preset = name[: -len(".yaml")].split("_", 1)
+        if method is None or m == method:
+            out.setdefault(m, []).append(preset)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
+    """Dotted paths of every leaf of a configuration."""
+    keys: list[str] = []
+    items = cfg.items() if isinstance(cfg, dict) else cfg.items_ex(resolve=False)
+    for k, v in items:
+        path = f"{prefix}{k}"
+        if isinstance(v, dict | DictConfig):
+            keys += flat_keys(v, path + ".")
+        else:
+            keys.append(path)
+    return keys
+
+
+def _closest(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def parse_overrides(items: Sequence[str]) -> list[tuple[str, Any]]:
+    """Parse ``key=value`` strings; values are YAML scalars or lists (``lr=1e-3``, ``m=[1,2]``).
+
+    Args:
+        items: The strings.
+
+    Returns:
+        ``(key, value)`` pairs in order.
+
+    Raises:
+        ConfigError: An item without ``=`` or with an unparsable value.
+
+    Examples:
+        >>> parse_overrides(["optim.lr=1e-3", "data.name=cifar10", "trainer.max_time=null"])
+        [('optim.lr', 0.001), ('data.name', 'cifar10'), ('trainer.max_time', None)]
+    """
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {key}: cannot parse value {raw!r} ({e})") from None
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e-3" as a string; accept float literals without a dot.
+            try:
+                value = float(value) if any(c in value.lower() for c in "e.") else value
+            except ValueError:
+                pass
+        out.append((key, value))
+    return out
+
+
+def _coerce(key: str, old: Any, new: Any) -> Any:
+    """Check ``new`` against the type of the value it replaces; ints widen to floats."""
+    if old is None or new is None:
+        return new
+    if isinstance(old, bool) or isinstance(new, bool):
+        if isinstance(old, bool) and isinstance(new, bool):
+            return new
+        raise ConfigError(f"{key}: expected {type(old).__name__}, got {new!r}")
+    if isinstance(old, float) and isinstance(new, int):
+        return float(new)
+    if isinstance(old, int) and isinstance(new, float) and new.is_integer():
+        return int(new)
+    if isinstance(old, list) and isinstance(new, list):
+        return new
+    if type(old) is not type(new):
+        raise ConfigError(
+            f"{key}: expected {type(old).__name__} (like {old!r}), got {type(new).__name__} {new!r}"
+        )
+    return new
+
+
+def apply_overrides(cfg: DictConfig, overrides: Sequence[tuple[str, Any]]) -> None:
+    """Set ``key=value`` overrides on ``cfg`` in place; unknown keys raise with the closest match.
+
+    Args:
+        cfg: The configuration.
+        overrides: ``(dotted key, value)`` pairs.
+    """
+    valid = flat_keys(cfg)
+    for key, value in overrides:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown config key {key!r}.{_closest(key, valid)} "
+                f"Valid keys: {', '.join(sorted(valid))}"
+            )
+        old = OmegaConf.select(cfg, key)
+        OmegaConf.update(cfg, key, _coerce(key, old, value), merge=False, force_add=False)
+
+
+def load_config(
+    method: str,
+    preset: str = "quick",
+    overrides: Sequence[tuple[str, Any]] = (),
+    methods: Sequence[str] | None = None,
+) -> DictConfig:
+    """Build a run configuration: base, then the preset, then overrides.
+
+    Args:
+        method: Method name (``coca``, ...).
+        preset: Preset name (``quick``, ``paper``, ...).
+        overrides: ``(key, value)`` pairs, e.g. from :func:`parse_overrides`.
+        methods: Valid method names (for the error message).
+
+    Returns:
+        The configuration (struct mode: no new keys can be added).
+
+    Raises:
+        ConfigError: Unknown method, preset or key, or a value of the wrong type.
+    """
+    presets = list_presets()
+    if method not in presets:
+        choices = list(methods or presets)
+        raise ConfigError(
+            f"unknown method {method!r}.{_closest(method, choices)} "
+            f"Valid methods: {', '.join(sorted(choices))}"
+        )
+    if preset not in presets[method]:
+        raise ConfigError(
+            f"unknown preset {preset!r} for {method}.{_closest(preset, presets[method])} "
+            f"Valid presets: {', '.join(presets[method])}"
+        )
+    base = load_yaml("configs/base.yaml", _config_text("base.yaml"))
+    name = f"{method}_{preset}.yaml"
+    preset_cfg = load_yaml(f"configs/{name}", _config_text(name))
+    cfg = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(preset_cfg))
+    assert isinstance(cfg, DictConfig)
+    cfg.method, cfg.preset = method, preset
+    OmegaConf.set_struct(cfg, True)
+    apply_overrides(cfg, overrides)
+    return cfg

@@ -1,0 +1,304 @@
+"""``selfcaps run`` / ``pretrain``: configure, train, evaluate and write a run directory.
+
+A run directory (DESIGN.md)::
+
+    <out>/config.yaml              the fully resolved configuration
+    <out>/metrics.json             final metrics (flat: floats in percent, ints, strings)
+    <out>/metrics.csv              per-epoch metrics (Lightning CSV logger)
+    <out>/checkpoints/last.ckpt    and best.ckpt (chosen on the validation split)
+    <out>/model.safetensors        weights loadable without Lightning, config.json beside it
+    <out>/figures/*.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from selfcaps import __version__
+from selfcaps.cli.config import ConfigError, load_config, load_yaml, parse_overrides
+from selfcaps.cli.validate import validate_config
+from selfcaps.methods import CapsuleMethod, get_method, list_methods
+from selfcaps.methods.datamodule import SelfcapsDataModule
+from selfcaps.methods.engine import build_trainer
+from selfcaps.methods.io import (
+    atomic_write_json,
+    atomic_write_yaml,
+    check_writable,
+    load_checkpoint,
+    save_weights,
+)
+
+__all__ = ["add_run_arguments", "cmd_pretrain", "cmd_run", "prepare_run", "resolve_data_root"]
+
+#: Generic flags of ``run`` / ``pretrain`` and the configuration key each sets.
+_FLAG_KEYS = {
+    "data": "data.name",
+    "data_root": "data.root",
+    "max_time": "trainer.max_time",
+    "epochs": "trainer.epochs",
+    "max_steps": "trainer.max_steps",
+    "seed": "seed",
+    "batch_size": "data.batch_size",
+    "devices": "trainer.devices",
+    "num_nodes": "trainer.num_nodes",
+    "strategy": "trainer.strategy",
+    "precision": "trainer.precision",
+    "accelerator": "trainer.accelerator",
+    "threads": "trainer.threads",
+    "num_workers": "data.num_workers",
+}
+_SWITCH_KEYS = {
+    "deterministic": "trainer.deterministic",
+    "compile": "trainer.compile",
+    "skip_nonfinite": "trainer.skip_nonfinite",
+    "no_progress": "trainer.progress_bar",
+}
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags shared by ``run`` and ``pretrain`` (and every method's own flags)."""
+    p.add_argument("method", help=f"one of: {', '.join(list_methods())}")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("--preset", default="quick", help="YAML preset (default: quick)")
+    p.add_argument("--out", type=Path, help="run directory (default runs/<method>/<data>/<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from last.ckpt")
+    p.add_argument("--data", help="dataset name (default: the preset's)")
+    p.add_argument("--data-root", help="dataset root (default: $SELFCAPS_DATA, else ./data)")
+    p.add_argument("--max-time", type=float, metavar="MIN", help="training budget in minutes")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--batch-size", type=int, help="per device")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--deterministic", action="store_true", help="reruns give identical metrics")
+    p.add_argument("--devices", type=int)
+    p.add_argument("--num-nodes", type=int)
+    p.add_argument("--strategy", help="auto | ddp")
+    p.add_argument("--precision", help="32-true | bf16-mixed | 16-mixed")
+    p.add_argument("--accelerator", help="cpu | gpu | auto")
+    p.add_argument("--threads", type=int, help="torch intra-op threads")
+    p.add_argument("--num-workers", type=int, help="data loader workers")
+    p.add_argument("--compile", action="store_true", help="torch.compile the network")
+    p.add_argument("--skip-nonfinite", action="store_true",
+                   help="skip steps with a non-finite loss or gradient instead of stopping")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    seen: dict[str, str] = {}
+    for name in list_methods():
+        for flag, spec in get_method(name).cli_flags.items():
+            if flag in seen:
+                continue
+            seen[flag] = spec.key
+            p.add_argument(flag, type=spec.type, choices=spec.choices,
+                           help=f"{spec.help} (sets {spec.key})")
+
+
+def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str, str]:
+    """The dataset root and where it came from (for error messages)."""
+    if cli_value:
+        return cli_value, "--data-root"
+    if os.environ.get("SELFCAPS_DATA"):
+        return os.environ["SELFCAPS_DATA"], "$SELFCAPS_DATA"
+    if cfg_value:
+        return cfg_value, "data.root"
+    return "./data", "default (./data)"
+
+
+def _overrides_from_args(args: argparse.Namespace, method: type[CapsuleMethod]) -> list[tuple[str, Any]]:
+    pairs: list[tuple[str, Any]] = []
+    for attr, key in _FLAG_KEYS.items():
+        value = getattr(args, attr, None)
+        if value is not None and attr != "data_root":
+            pairs.append((key, value))
+    for attr, key in _SWITCH_KEYS.items():
+        if getattr(args, attr, False):
+            pairs.append((key, attr != "no_progress"))
+    known = method.cli_flags
+    for name in list_methods():
+        for flag, spec in get_method(name).cli_flags.items():
+            value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+            if value is None:
+                continue
+            if flag not in known:
+                raise ConfigError(f"{flag} is an option of {name}, not of {method.name}")
+            pairs.append((spec.key, value))
+    return pairs + parse_overrides(args.overrides)
+
+
+def _default_out(cfg: DictConfig) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / cfg.method / str(cfg.data.name).replace(":", "_").replace("/", "_") / stamp
+
+
+def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None]:
+    """Resolve the configuration, the run directory and the checkpoint to resume from."""
+    method = get_method(args.method)
+    if args.resume:
+        if args.out is None:
+            raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
+        saved = args.out / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"--resume: {saved} does not exist")
+        cfg = OmegaConf.create(load_yaml(saved))
+        if cfg.method != method.name:
+            raise ConfigError(f"--resume: {args.out} is a {cfg.method} run, not {method.name}")
+        last = args.out / "checkpoints" / "last.ckpt"
+        ckpt = last if last.is_file() else None
+        if args.max_time is not None:  # a resumed run may get a new budget
+            cfg.trainer.max_time = args.max_time
+        return cfg, args.out, ckpt
+    cfg = load_config(method.name, args.preset, _overrides_from_args(args, method),
+                      methods=list_methods())
+    cfg.data.root, _ = resolve_data_root(args.data_root, cfg.data.root)
+    validate_config(cfg)
+    method.validate_config(cfg)
+    out = args.out or _default_out(cfg)
+    if (out / "checkpoints" / "last.ckpt").exists():
+        raise ConfigError(f"{out} already holds a run; use --resume to continue it or another --out")
+    return cfg, out, None
+
+
+def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
+    """Push two evaluation images through the network before training: a model that
+    cannot take the data's image size or channels fails now, with expected vs got."""
+    _, eval_tf = method.build_transforms()
+    ds = dm.split("val")
+    x = torch.stack([eval_tf(ds[i][0]) for i in range(min(2, len(ds)))])
+    was = method.training
+    method.eval()
+    try:
+        with torch.no_grad():
+            method.features(x)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(
+            f"the {method.name} network cannot take {method.cfg.data.name} images of shape "
+            f"{tuple(x.shape[1:])}: {e}"
+        ) from None
+    finally:
+        method.train(was)
+
+
+def _print_table(title: str, metrics: dict[str, Any]) -> None:
+    width = max(len(k) for k in metrics)
+    print(f"\n{title}")
+    print("-" * (width + 14))
+    for k, v in metrics.items():
+        val = f"{v:10.2f}" if isinstance(v, float) else f"{v!s:>10}"
+        print(f"{k:<{width}}  {val}")
+    print("-" * (width + 14))
+
+
+def train(args: argparse.Namespace, evaluate: bool) -> int:
+    """Shared body of ``run`` (evaluate=True) and ``pretrain`` (evaluate=False)."""
+    cfg, out, ckpt = prepare_run(args)
+    if cfg.trainer.threads:
+        torch.set_num_threads(int(cfg.trainer.threads))
+    check_writable(out)
+    import lightning as L
+
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    method_cls = get_method(cfg.method)
+    method = method_cls(cfg)
+    train_tf, eval_tf = method.build_transforms()
+    dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf)
+    _check_split_sizes(method.cfg, dm)
+    _check_inputs(method, dm)
+    resume_epoch = None
+    if ckpt is not None:
+        resume_epoch = int(load_checkpoint(ckpt)["epoch"]) + 1
+    metric, mode = method.monitor_metric
+    trainer = build_trainer(method.cfg, out, monitor=metric, mode=mode, resume_epoch=resume_epoch)
+    if trainer.is_global_zero and ckpt is None:
+        atomic_write_yaml(out / "config.yaml", OmegaConf.to_container(method.cfg, resolve=True))
+    t0 = time.perf_counter()
+    trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+    train_time = time.perf_counter() - t0
+    last = out / "checkpoints" / "last.ckpt"
+    trainer.save_checkpoint(last)
+    if not trainer.is_global_zero:
+        return 0
+    best = out / "checkpoints" / "best.ckpt"
+    if best.is_file():
+        state = load_checkpoint(best)
+        method.load_state_dict(state["state_dict"])
+        selected = f"{mode} {metric} (epoch {int(state['epoch']) + 1})"
+        best_epoch = int(state["epoch"]) + 1
+    else:
+        shutil.copyfile(last, best)
+        selected = "last (no validation ran)"
+        best_epoch = int(trainer.current_epoch)
+    method.to("cpu" if method.cfg.trainer.accelerator == "cpu" else method.device)
+    world = trainer.world_size
+    images = trainer.global_step * int(method.cfg.data.batch_size) * world
+    metrics: dict[str, Any] = {
+        "method": method.name,
+        "dataset": str(method.cfg.data.name),
+        "preset": str(method.cfg.preset),
+        "epochs_trained": int(trainer.current_epoch),
+        "steps": int(trainer.global_step),
+        "train_time_s": round(train_time, 1),
+        "train_images_per_s": round(images / max(train_time, 1e-9), 1),
+        "best_checkpoint": selected,
+        "best_epoch": best_epoch,
+        "nonfinite_skipped": int(method.nonfinite_skipped),
+        "params": int(sum(p.numel() for p in method.network.parameters())),
+        "selfcaps_version": __version__,
+        "torch_version": torch.__version__,
+        "device": str(method.device),
+        "world_size": int(world),
+    }
+    val = trainer.callback_metrics.get(metric)
+    if val is not None:
+        metrics[f"last_{metric}"] = float(val)
+    method.eval()
+    if evaluate:
+        metrics.update(method.evaluate(dm))
+    save_weights(out / "model.safetensors", method.network.state_dict(),
+                 {**method.model_config(), "method": method.name, "selfcaps_version": __version__})
+    atomic_write_json(out / "metrics.json", metrics)
+    _write_figures(method, dm, out)
+    _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
+    return 0
+
+
+def _check_split_sizes(cfg: DictConfig, dm: SelfcapsDataModule) -> None:
+    n_train = len(dm.split("train"))
+    world = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes) if cfg.trainer.strategy == "ddp" else 1
+    if int(cfg.data.batch_size) > n_train // world:
+        raise ConfigError(
+            f"data.batch_size: {cfg.data.batch_size} is larger than the {n_train // world} "
+            f"training images per process of {cfg.data.name}"
+        )
+    for key in ("monitor.knn_k", "eval.knn_k"):
+        k = int(OmegaConf.select(cfg, key))
+        bank = n_train if key == "eval.knn_k" or cfg.monitor.bank_size is None else min(
+            n_train, int(cfg.monitor.bank_size))
+        if k > bank:
+            raise ConfigError(f"{key}: k={k} is larger than the kNN bank ({bank} training images)")
+
+
+def _write_figures(method: CapsuleMethod, dm: SelfcapsDataModule, out: Path) -> None:
+    from selfcaps.viz import plot_training_curves, render_figure
+
+    figs = out / "figures"
+    plot_training_curves(out / "metrics.csv", figs / "curves.png",
+                         title=f"{method.name} on {method.cfg.data.name}")
+    for stem, spec in method.figures(dm).items():
+        render_figure(spec, figs / f"{stem}.png")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``selfcaps run``: pretrain, evaluate with the method's protocol, write the run directory."""
+    return train(args, evaluate=True)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    """``selfcaps pretrain``: train and write checkpoints and weights, no final evaluation."""
+    return train(args, evaluate=False)

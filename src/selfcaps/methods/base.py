@@ -1,0 +1,283 @@
+"""What every method's LightningModule shares: configuration, optimiser and schedule,
+non-finite guards, the online weighted-kNN monitor and checkpointed state.
+
+A method subclasses :class:`CapsuleMethod` and provides the network
+(:meth:`build_network`), its transforms (:meth:`build_transforms`), its loss
+(:meth:`compute_loss`), the features it is evaluated on (:meth:`features`) and
+its final evaluation (:meth:`evaluate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from selfcaps.data import dataset_info
+from selfcaps.eval import knn_evaluate
+from selfcaps.methods.figures import Figure, ImageGrid
+
+__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError"]
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient that is NaN or infinite; the message names the step and quantity."""
+
+
+@dataclass(frozen=True)
+class CliFlag:
+    """A method-specific command-line flag that sets a configuration key."""
+
+    key: str
+    type: type
+    help: str
+    choices: tuple[str, ...] | None = None
+
+
+def _gather_uneven(module: L.LightningModule, t: Tensor) -> Tensor:
+    """All-gather tensors whose first dimension differs across processes."""
+    if module.trainer is None or module.trainer.world_size == 1:
+        return t
+    n = torch.tensor([t.shape[0]], device=t.device)
+    sizes = module.all_gather(n).flatten().tolist()
+    pad = torch.zeros((max(sizes) - t.shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
+    gathered = module.all_gather(torch.cat([t, pad]))  # (world, max, ...)
+    return torch.cat([gathered[r, :s] for r, s in enumerate(sizes)])
+
+
+class CapsuleMethod(L.LightningModule):
+    """Base class of the methods (see the module docstring).
+
+    Args:
+        cfg: The full run configuration (a plain dict or ``DictConfig``).
+    """
+
+    name: ClassVar[str] = ""
+    #: Feature kind used by the online kNN monitor (a key of :meth:`features`).
+    monitor_feature: ClassVar[str] = "backbone"
+    #: Logged validation metric that selects ``best.ckpt``, and ``"max"`` or ``"min"``.
+    monitor_metric: ClassVar[tuple[str, str]] = ("val_knn_top1", "max")
+    #: Method-specific flags of ``selfcaps run`` (``--variant`` ...).
+    cli_flags: ClassVar[dict[str, CliFlag]] = {}
+
+    def __init__(self, cfg: dict | DictConfig) -> None:
+        super().__init__()
+        plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+        self.save_hyperparameters({"cfg": plain})
+        self.cfg = OmegaConf.create(plain)
+        self.info = dataset_info(self.cfg.data.name)
+        self.net = self.build_network()
+        if self.cfg.trainer.compile:
+            self.net = torch.compile(self.net)  # type: ignore[assignment]
+        self.nonfinite_skipped = 0
+        self._val_store: dict[int, list[tuple[Tensor, Tensor]]] = {0: [], 1: []}
+
+    # ----------------------------------------------------------------- to implement
+    def build_network(self) -> nn.Module:
+        """The network (saved as ``model.safetensors``)."""
+        raise NotImplementedError
+
+    def build_transforms(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """``(train_transform, eval_transform)`` for this method and dataset."""
+        raise NotImplementedError
+
+    def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """``(loss, extra metrics to log)`` for a training batch."""
+        raise NotImplementedError
+
+    def features(self, x: Tensor) -> dict[str, Tensor]:
+        """Named features ``(B, D)`` of a batch of evaluation images (model in eval mode)."""
+        raise NotImplementedError
+
+    def evaluate(self, dm: Any) -> dict[str, float | int | str]:
+        """Final evaluation on the test split; returns flat metrics (accuracies in percent)."""
+        raise NotImplementedError
+
+    def model_config(self) -> dict[str, Any]:
+        """What rebuilds :attr:`net` via ``selfcaps.create_model`` (written to config.json)."""
+        kwargs = {k: v for k, v in OmegaConf.to_container(self.cfg.model).items() if k != "name"}
+        return {"model": self.cfg.model.name, "model_kwargs": kwargs}
+
+    @classmethod
+    def validate_config(cls, cfg: DictConfig) -> None:
+        """Raise :class:`~selfcaps.cli.config.ConfigError`-style ``ValueError`` naming bad keys."""
+
+    # ------------------------------------------------------------------ training
+    @property
+    def network(self) -> nn.Module:
+        """The uncompiled network (what is saved and evaluated)."""
+        return getattr(self.net, "_orig_mod", self.net)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        """Loss with a non-finite guard: stop with a named error, or skip when configured."""
+        loss, logs = self.compute_loss(batch)
+        if not torch.isfinite(loss.detach()):
+            msg = f"step {self.global_step} (epoch {self.current_epoch}): loss is {loss.item()}"
+            if not self.cfg.trainer.skip_nonfinite:
+                raise NonFiniteError(
+                    f"{msg}; stopping. The last good checkpoint is kept. "
+                    "Use trainer.skip_nonfinite=true (--skip-nonfinite) to skip such steps."
+                )
+            self.nonfinite_skipped += 1
+            self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
+            return None
+        bs = self._batch_size(batch)
+        self.log("train_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=bs,
+                 sync_dist=True)
+        self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True, on_epoch=False)
+        for k, v in logs.items():
+            self.log(k, v.detach() if isinstance(v, Tensor) else v, on_step=False, on_epoch=True,
+                     batch_size=bs, sync_dist=True)
+        return loss
+
+    @staticmethod
+    def _batch_size(batch: Any) -> int:
+        x = batch[0]
+        while isinstance(x, list | tuple):
+            x = x[0]
+        return int(x.shape[0])
+
+    def on_after_backward(self) -> None:
+        """Check the gradients; a non-finite one stops the run (or the step is skipped)."""
+        bad = [n for n, p in self.named_parameters() if p.grad is not None
+               and not torch.isfinite(p.grad).all()]
+        if not bad:
+            return
+        msg = f"step {self.global_step} (epoch {self.current_epoch}): gradient of {bad[0]} is not finite"
+        if not self.cfg.trainer.skip_nonfinite:
+            raise NonFiniteError(
+                f"{msg} ({len(bad)} parameters affected); stopping. The last good checkpoint "
+                "is kept. Use trainer.skip_nonfinite=true (--skip-nonfinite) to skip such steps."
+            )
+        for p in self.parameters():  # optimisers skip parameters without gradients
+            p.grad = None
+        self.nonfinite_skipped += 1
+        self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
+
+    def on_train_epoch_start(self) -> None:
+        """Reseed the global RNG from (seed, epoch): an epoch's randomness never depends on
+        what ran before, so resuming from a checkpoint reproduces the uninterrupted run."""
+        from selfcaps.methods.datamodule import mix_seed
+
+        seed = mix_seed(self.cfg.seed, self.current_epoch, self.global_rank, 0x7AA1)
+        torch.manual_seed(seed)
+
+    def configure_optimizers(self) -> Any:
+        """Optimiser and schedule from the ``optim`` section."""
+        o = self.cfg.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        if o.name == "adam":
+            opt = torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+        elif o.name == "adamw":
+            opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+        elif o.name == "sgd":
+            opt = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        else:
+            raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
+        sched = self._scheduler(opt)
+        if sched is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": o.interval}}
+
+    def _scheduler(self, opt: torch.optim.Optimizer) -> Any:
+        o = self.cfg.optim
+        if o.scheduler == "none":
+            return None
+        if o.scheduler == "step":
+            return torch.optim.lr_scheduler.StepLR(opt, step_size=o.step_size, gamma=o.gamma)
+        if o.scheduler == "multistep":
+            return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(o.milestones),
+                                                        gamma=o.gamma)
+        if o.scheduler == "cosine":
+            total = (self.trainer.estimated_stepping_batches if o.interval == "step"
+                     else self.trainer.max_epochs)
+            total = int(total) if total and math.isfinite(total) else 1
+            return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
+        raise ValueError(
+            f"optim.scheduler: unknown schedule {o.scheduler!r}; valid: none, cosine, step, multistep"
+        )
+
+    # ------------------------------------------------------- online kNN monitor
+    def monitor_features(self, x: Tensor) -> Tensor:
+        """The feature the online kNN monitor uses (``features(x)[monitor_feature]``)."""
+        return self.features(x)[self.monitor_feature]
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_store = {0: [], 1: []}
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Collect monitor features of the bank (loader 0) and the validation split (loader 1)."""
+        x, y = batch
+        self._val_store[dataloader_idx].append((self.monitor_features(x).float(), y))
+
+    def on_validation_epoch_end(self) -> None:
+        """Weighted kNN of the validation split against the bank; logs ``val_knn_top1/5``."""
+        if not self._val_store[0] or not self._val_store[1]:
+            return
+        bank = [torch.cat(t) for t in zip(*self._val_store[0], strict=True)]
+        val = [torch.cat(t) for t in zip(*self._val_store[1], strict=True)]
+        bank_f, bank_y = (_gather_uneven(self, t) for t in bank)
+        val_f, val_y = (_gather_uneven(self, t) for t in val)
+        m = self.cfg.monitor
+        res = knn_evaluate(bank_f, bank_y, val_f, val_y, self.info.num_classes,
+                           k=min(m.knn_k, bank_f.shape[0]), t=m.knn_t)
+        self.log("val_knn_top1", float(res["top1"]), prog_bar=True, sync_dist=False)
+        self.log("val_knn_top5", float(res["top5"]), sync_dist=False)
+        self._val_store = {0: [], 1: []}
+
+    # ------------------------------------------------------------------- figures
+    def figures(self, dm: Any) -> dict[str, Figure]:
+        """Figures of a finished run, by file stem (rendered by ``selfcaps.viz``)."""
+        return {"retrieval": self.retrieval_figure(dm)}
+
+    @torch.no_grad()
+    def retrieval_figure(self, dm: Any, queries: int = 8, k: int = 8, bank: int = 5000) -> ImageGrid:
+        """Test images (first column) and their ``k`` nearest training images by the monitor feature."""
+        _, eval_tf = self.build_transforms()
+        test, train = dm.split("test"), dm.split("train")
+        q_idx = torch.linspace(0, len(test) - 1, queries).long().tolist()
+        b_idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[:bank].tolist()
+
+        def load(ds: Any, idx: list[int]) -> tuple[Tensor, Tensor]:
+            raw = torch.stack([ds[i][0] for i in idx])
+            feats = [self.monitor_features(torch.stack([eval_tf(r) for r in raw[j : j + 256]])
+                                           .to(self.device)).float().cpu()
+                     for j in range(0, len(raw), 256)]
+            return raw.float() / 255.0, torch.cat(feats)
+
+        was_training = self.training
+        self.eval()
+        try:
+            q_img, q_f = load(test, q_idx)
+            b_img, b_f = load(train, b_idx)
+        finally:
+            self.train(was_training)
+        sim = F.normalize(q_f, dim=1) @ F.normalize(b_f, dim=1).t()
+        nn_idx = sim.topk(min(k, len(b_idx)), dim=1).indices
+        rows = [torch.cat([q_img[i : i + 1], b_img[nn_idx[i]]]) for i in range(len(q_idx))]
+        return ImageGrid(
+            torch.cat(rows),
+            nrow=nn_idx.shape[1] + 1,
+            title=f"test image | {nn_idx.shape[1]} nearest training images ({self.monitor_feature})",
+        )
+
+    # --------------------------------------------------------- checkpointed state
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Method state that is not a parameter, plus RNG states."""
+        checkpoint["selfcaps"] = {
+            "nonfinite_skipped": self.nonfinite_skipped,
+            "torch_rng_state": torch.get_rng_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("selfcaps", {})
+        self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
+        if "torch_rng_state" in state:
+            torch.set_rng_state(state["torch_rng_state"])

@@ -1,0 +1,246 @@
+"""The data side of a run: splits, loaders, and reproducible, resumable randomness.
+
+Every random choice the data pipeline makes is a pure function of
+``(seed, epoch, sample index)``:
+
+* :class:`EpochSampler` shuffles with a generator seeded by ``(seed, epoch)``
+  and shards the permutation across processes itself (so Lightning's sampler
+  replacement is switched off);
+* :class:`SeededTransformDataset` applies the (random) training transform
+  under a torch RNG seeded by ``(seed, epoch, index)``.
+
+So an epoch's batches do not depend on what ran before it: a run resumed from
+``last.ckpt`` after a crash sees exactly the batches the uninterrupted run saw,
+whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from selfcaps.data import get_dataset
+
+__all__ = [
+    "EpochSampler",
+    "SeededTransformDataset",
+    "SelfcapsDataModule",
+    "TransformDataset",
+    "mix_seed",
+]
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (SplitMix64 mixing), stable across runs and platforms.
+
+    Examples:
+        >>> mix_seed(0, 1) == mix_seed(0, 1) != mix_seed(1, 0)
+        True
+    """
+    h = 0x9E3779B97F4A7C15
+    for p in parts:
+        h ^= (int(p) + 0x9E3779B97F4A7C15 + ((h << 6) & 0xFFFFFFFFFFFFFFFF) + (h >> 2)) & (
+            0xFFFFFFFFFFFFFFFF
+        )
+        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h = (h ^ (h >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+def _dist_info() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Yields ``(epoch, index)`` keys: a per-epoch seeded shuffle, sharded across processes.
+
+    Args:
+        n: Dataset length.
+        seed: Run seed.
+        shuffle: Shuffle (training) or keep order (evaluation).
+        drop_last: Drop the samples that do not fill a whole per-process batch
+            (``batch_size`` must then be given) so that every process gets the
+            same number of full batches.
+        batch_size: Per-process batch size, used with ``drop_last``.
+        rank: Process rank (default: from ``torch.distributed``).
+        world_size: Number of processes (default: from ``torch.distributed``).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        batch_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.drop_last, self.batch_size = drop_last, batch_size
+        r, w = _dist_info()
+        self.rank = r if rank is None else rank
+        self.world_size = w if world_size is None else world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of every epoch."""
+        self.epoch = epoch
+
+    def _indices(self) -> list[int]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch))
+            order = torch.randperm(self.n, generator=g).tolist()
+        else:
+            order = list(range(self.n))
+        shard = order[self.rank :: self.world_size]
+        if self.drop_last:
+            per_rank = (self.n // self.world_size) // self.batch_size * self.batch_size
+            shard = shard[:per_rank]
+        return shard
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((self.epoch, i) for i in self._indices())
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return (self.n // self.world_size) // self.batch_size * self.batch_size
+        return len(range(self.rank, self.n, self.world_size))
+
+
+class TransformDataset(Dataset):
+    """A dataset of uint8 images with a deterministic transform; accepts ``(epoch, index)`` keys.
+
+    Args:
+        base: Dataset returning ``(image, target)``.
+        transform: Applied to each image.
+    """
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def _item(self, index: int) -> tuple[Any, int]:
+        img, target = self.base[index]
+        return (self.transform(img) if self.transform is not None else img), int(target)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
+        return self._item(key[1] if isinstance(key, tuple) else key)
+
+
+class SeededTransformDataset(TransformDataset):
+    """Applies a random transform under an RNG seeded by ``(seed, epoch, index)``.
+
+    Args:
+        base: Dataset returning ``(image, target)``.
+        transform: The random transform (e.g. ``SimCLRTransform``, returning views).
+        seed: Run seed.
+    """
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Any], seed: int) -> None:
+        super().__init__(base, transform)
+        self.seed = seed
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(mix_seed(self.seed, epoch, index))
+            return self._item(index)
+
+
+def _subset(dataset: Dataset, n: int | None, seed: int) -> Dataset:
+    """A seeded random subset of ``n`` items (all of them when ``n`` is None or too big)."""
+    size = len(dataset)  # type: ignore[arg-type]
+    if n is None or n >= size:
+        return dataset
+    g = torch.Generator().manual_seed(mix_seed(seed, 0xBA4C))
+    idx = torch.randperm(size, generator=g)[:n].sort().values.tolist()
+    return torch.utils.data.Subset(dataset, idx)
+
+
+class SelfcapsDataModule(L.LightningDataModule):
+    """Train / bank / validation / test data of a run.
+
+    * ``train``: the train split (official train minus the carved validation)
+      through the method's random training transform;
+    * ``bank``: the same images through the deterministic evaluation
+      transform (the kNN feature bank; ``bank_size`` subsamples it for the
+      online monitor);
+    * ``val``: the carved validation split (evaluation transform);
+    * ``test``: the official test split, touched only by final evaluation.
+
+    Args:
+        cfg: The run configuration (``data``, ``seed``, ``monitor`` sections).
+        train_transform: Random training transform (may return a list of views).
+        eval_transform: Deterministic evaluation transform.
+    """
+
+    def __init__(
+        self, cfg: Any, train_transform: Callable[[Any], Any], eval_transform: Callable[[Any], Any]
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.train_transform, self.eval_transform = train_transform, eval_transform
+        self._splits: dict[str, Dataset] = {}
+
+    def split(self, name: str) -> Dataset:
+        """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
+        if name not in self._splits:
+            d = self.cfg.data
+            ds = get_dataset(d.name, root=d.root, split=name, val_fraction=d.val_fraction)
+            if name == "train":
+                ds = _subset(ds, d.train_subset, self.cfg.seed)
+            self._splits[name] = ds
+        return self._splits[name]
+
+    def _loader(self, ds: Dataset, shuffle: bool, batch_size: int, drop_last: bool) -> DataLoader:
+        sampler = EpochSampler(
+            len(ds),  # type: ignore[arg-type]
+            seed=self.cfg.seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            batch_size=batch_size,
+        )
+        workers = self.cfg.data.num_workers
+        return DataLoader(
+            ds,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            persistent_workers=False,
+            drop_last=False,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        """Two-view (or single-view) training batches."""
+        ds = SeededTransformDataset(self.split("train"), self.train_transform, self.cfg.seed)
+        return self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
+
+    def eval_loader(self, split: str, bank_size: int | None = None) -> DataLoader:
+        """Deterministic loader of a split through the evaluation transform."""
+        ds = self.split(split)
+        if bank_size is not None:
+            ds = _subset(ds, bank_size, self.cfg.seed)
+        return self._loader(
+            TransformDataset(ds, self.eval_transform), False, self.cfg.data.eval_batch_size, False
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """``[bank, val]`` for the online kNN monitor."""
+        return [self.eval_loader("train", self.cfg.monitor.bank_size), self.eval_loader("val")]
+
+    @property
+    def num_train_batches(self) -> int:
+        """Full training batches per epoch on this process."""
+        n = len(self.split("train"))  # type: ignore[arg-type]
+        _, world = _dist_info()
+        return (n // world) // self.cfg.data.batch_size
