@@ -39,7 +39,7 @@ def svm_probe(
     max_train: int | None = None,
     seed: int = 0,
     **svc_kwargs: object,
-) -> dict[str, float]:
+) -> dict[str, float | int]:
     """Fit ``SVC`` on training features and report test top-1/top-5 in percent.
 
     Args:
