@@ -33,6 +33,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level argument parser with every subcommand."""
+    from selfcaps.cli.evaluate import (
+        add_eval_arguments,
+        add_profile_arguments,
+        cmd_eval,
+        cmd_profile,
+    )
     from selfcaps.cli.run import add_run_arguments, cmd_pretrain, cmd_run
 
     parser = argparse.ArgumentParser(
@@ -53,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pretrain", help="train only (checkpoints and weights, no evaluation)")
     add_run_arguments(p)
     p.set_defaults(func=cmd_pretrain)
+
+    p = sub.add_parser("eval", help="evaluate a run directory with a protocol")
+    add_eval_arguments(p)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("profile", help="parameters and FLOPs of a method's network")
+    add_profile_arguments(p)
+    p.set_defaults(func=cmd_profile)
     return parser
 
 
@@ -70,7 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from selfcaps.methods.io import CheckpointError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may come anywhere on the line, before or after options.
+    overrides = [x for x in extra if "=" in x and not x.startswith("-")]
+    unknown = [x for x in extra if x not in overrides]
+    if unknown or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown or overrides)}")
+    if overrides:
+        args.overrides = list(args.overrides) + overrides
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -137,8 +137,9 @@ def _default_out(cfg: DictConfig) -> Path:
     return Path("runs") / cfg.method / str(cfg.data.name).replace(":", "_").replace("/", "_") / stamp
 
 
-def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None]:
-    """Resolve the configuration, the run directory and the checkpoint to resume from."""
+def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None, str]:
+    """Resolve the configuration, the run directory, the checkpoint to resume from and
+    where the data root came from."""
     method = get_method(args.method)
     if args.resume:
         if args.out is None:
@@ -153,16 +154,16 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         ckpt = last if last.is_file() else None
         if args.max_time is not None:  # a resumed run may get a new budget
             cfg.trainer.max_time = args.max_time
-        return cfg, args.out, ckpt
+        return cfg, args.out, ckpt, f"{saved} (data.root)"
     cfg = load_config(method.name, args.preset, _overrides_from_args(args, method),
                       methods=list_methods())
-    cfg.data.root, _ = resolve_data_root(args.data_root, cfg.data.root)
+    cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)
     method.validate_config(cfg)
     out = args.out or _default_out(cfg)
     if (out / "checkpoints" / "last.ckpt").exists():
         raise ConfigError(f"{out} already holds a run; use --resume to continue it or another --out")
-    return cfg, out, None
+    return cfg, out, None, source
 
 
 def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
@@ -197,7 +198,7 @@ def _print_table(title: str, metrics: dict[str, Any]) -> None:
 
 def train(args: argparse.Namespace, evaluate: bool) -> int:
     """Shared body of ``run`` (evaluate=True) and ``pretrain`` (evaluate=False)."""
-    cfg, out, ckpt = prepare_run(args)
+    cfg, out, ckpt, root_source = prepare_run(args)
     if cfg.trainer.threads:
         torch.set_num_threads(int(cfg.trainer.threads))
     check_writable(out)
@@ -207,7 +208,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     method_cls = get_method(cfg.method)
     method = method_cls(cfg)
     train_tf, eval_tf = method.build_transforms()
-    dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf)
+    dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
     _check_inputs(method, dm)
     resume_epoch = None
@@ -221,7 +222,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
     train_time = time.perf_counter() - t0
     last = out / "checkpoints" / "last.ckpt"
-    trainer.save_checkpoint(last)
+    trainer.save_checkpoint(last, weights_only=False)
     if not trainer.is_global_zero:
         return 0
     best = out / "checkpoints" / "best.ckpt"

@@ -63,7 +63,7 @@ class CoCa(CapsuleMethod):
     def build_network(self) -> nn.Module:
         """CoCa's capsule network for this dataset's channels."""
         cfg = self.model_config()
-        return create_model(cfg["model"], in_chans=self.info.channels, **cfg["model_kwargs"])
+        return create_model(cfg["model"], **cfg["model_kwargs"])
 
     def model_config(self) -> dict[str, Any]:
         """Model name and kwargs, including the input channels."""
@@ -79,7 +79,7 @@ class CoCa(CapsuleMethod):
             min_scale=a.min_scale,
             blur_prob=a.blur_prob,
             channels=self.info.channels,
-            normalize={"mean": self.info.mean, "std": self.info.std},
+            normalize=(self.info.mean, self.info.std),
         )
         return train, EvalTransform(mean=self.info.mean, std=self.info.std)
 

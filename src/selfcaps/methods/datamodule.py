@@ -182,13 +182,18 @@ class SelfcapsDataModule(L.LightningDataModule):
         cfg: The run configuration (``data``, ``seed``, ``monitor`` sections).
         train_transform: Random training transform (may return a list of views).
         eval_transform: Deterministic evaluation transform.
+        root_source: Where ``cfg.data.root`` came from (``--data-root``, ...), for error messages.
     """
 
     def __init__(
-        self, cfg: Any, train_transform: Callable[[Any], Any], eval_transform: Callable[[Any], Any]
+        self,
+        cfg: Any,
+        train_transform: Callable[[Any], Any],
+        eval_transform: Callable[[Any], Any],
+        root_source: str | None = None,
     ) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.root_source = cfg, root_source
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self._splits: dict[str, Dataset] = {}
 
@@ -196,7 +201,8 @@ class SelfcapsDataModule(L.LightningDataModule):
         """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
         if name not in self._splits:
             d = self.cfg.data
-            ds = get_dataset(d.name, root=d.root, split=name, val_fraction=d.val_fraction)
+            ds = get_dataset(d.name, root=d.root, split=name, val_fraction=d.val_fraction,
+                             root_source=self.root_source)
             if name == "train":
                 ds = _subset(ds, d.train_subset, self.cfg.seed)
             self._splits[name] = ds

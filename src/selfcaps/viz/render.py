@@ -18,12 +18,15 @@ def _labelled_grid(spec: ImageGrid, out: Path) -> None:
 
     grid = make_grid(spec.images.detach().float().cpu().clamp(0, 1), nrow=spec.nrow, padding=2,
                      pad_value=1.0)
-    rows = len(spec.row_labels)
     fig, ax = plt.subplots(figsize=(max(4.0, grid.shape[2] / 40), max(2.0, grid.shape[1] / 40)))
     ax.imshow(grid.permute(1, 2, 0).numpy(), interpolation="nearest")
     ax.set_xticks([])
-    h = grid.shape[1] / rows
-    ax.set_yticks([h * (i + 0.5) for i in range(rows)], spec.row_labels, fontsize=7)
+    rows = len(spec.row_labels)
+    if rows:
+        h = grid.shape[1] / rows
+        ax.set_yticks([h * (i + 0.5) for i in range(rows)], spec.row_labels, fontsize=7)
+    else:
+        ax.set_yticks([])
     if spec.title:
         ax.set_title(spec.title, fontsize=9)
     save_figure(fig, out)
