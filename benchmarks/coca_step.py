@@ -25,9 +25,9 @@ import sys
 import time
 
 import torch
-from _common import gemm_peak_flops, set_threads
 from torch.utils.flop_counter import FlopCounterMode
 
+from _common import gemm_peak_flops, set_threads
 from selfcaps.caps import squash, use_fused_routing
 from selfcaps.losses import NTXentLoss
 from selfcaps.models.coca import CoCaNet
@@ -113,25 +113,33 @@ def main() -> None:
     ref = ReferenceStyleCoCa()
     results = {
         "selfcaps": pairs_per_second(step, args.batch, args.rounds),
-        "reference-style": pairs_per_second(make_step(ref, x1, x2, "reference-style"),
-                                            args.batch, max(1, args.rounds - 1)),
+        "reference-style": pairs_per_second(
+            make_step(ref, x1, x2, "reference-style"), args.batch, max(1, args.rounds - 1)
+        ),
     }
     if args.reference_repo:
         sys.path.insert(0, args.reference_repo)
         convnet = importlib.import_module("convnet")
         real = convnet.ConvNet(16, 32, 16, 1)
-        results["reference repo"] = pairs_per_second(make_step(real, x1, x2, "repo"), args.batch,
-                                                     max(1, args.rounds - 1))
+        results["reference repo"] = pairs_per_second(
+            make_step(real, x1, x2, "repo"), args.batch, max(1, args.rounds - 1)
+        )
     flops_per_pair = flops_per_step / args.batch
-    print(f"CoCa training step, batch {args.batch} pairs of 32x32x3, {torch.get_num_threads()} "
-          f"threads; {flops_per_pair / 1e6:.0f} MFLOP per pair (fwd+bwd, GEMM/conv only); "
-          f"GEMM peak {peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"CoCa training step, batch {args.batch} pairs of 32x32x3, {torch.get_num_threads()} "
+        f"threads; {flops_per_pair / 1e6:.0f} MFLOP per pair (fwd+bwd, GEMM/conv only); "
+        f"GEMM peak {peak / 1e9:.1f} GFLOP/s"
+    )
     for name, pps in results.items():
-        print(f"  {name:<16} {pps:8.1f} pairs/s   {100 * pps * flops_per_pair / peak:5.1f}% of peak")
+        print(
+            f"  {name:<16} {pps:8.1f} pairs/s   {100 * pps * flops_per_pair / peak:5.1f}% of peak"
+        )
     ratio = results["selfcaps"] / results["reference-style"]
-    print(f"speed-up over the reference-style step: {ratio:.1f}x  (target >= 5x); "
-          f"selfcaps at {100 * results['selfcaps'] * flops_per_pair / peak:.0f}% of GEMM peak "
-          "(target >= 30%)")
+    print(
+        f"speed-up over the reference-style step: {ratio:.1f}x  (target >= 5x); "
+        f"selfcaps at {100 * results['selfcaps'] * flops_per_pair / peak:.0f}% of GEMM peak "
+        "(target >= 30%)"
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def ntxent_loop(z0, z1, t):
 def test_ntxent_matches_loop(t):
     torch.manual_seed(0)
     z0, z1 = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
-    assert NTXentLoss(temperature=t)(z0, z1).item() == pytest.approx(ntxent_loop(z0, z1, t), rel=1e-10)
+    assert NTXentLoss(temperature=t)(z0, z1).item() == pytest.approx(
+        ntxent_loop(z0, z1, t), rel=1e-10
+    )
 
 
 def test_ntxent_hand_computed_two_pairs():

@@ -11,8 +11,8 @@ from selfcaps.caps.layers import (
     SelfRoutingDense,
     child_votes,
     flatten_caps,
-    use_fused_routing,
     unfold_caps,
+    use_fused_routing,
 )
 from selfcaps.caps.routing import dynamic_routing, em_routing, self_routing
 
@@ -29,11 +29,11 @@ __all__ = [
     "em_routing",
     "flatten_caps",
     "fused_dense_routing",
-    "use_fused_routing",
     "safe_norm",
     "self_routing",
     "squash",
     "unfold_caps",
     "unit_vector",
     "unsquash",
+    "use_fused_routing",
 ]

@@ -23,6 +23,8 @@ is not supported.
 
 from __future__ import annotations
 
+import math
+import threading
 from typing import Any
 
 import torch
@@ -50,15 +52,47 @@ def _vjp(fn: Any, x: Tensor, grad: Tensor) -> Tensor:
     return g
 
 
+class _Workspace:
+    """Chunk-sized scratch buffers, kept per thread, device and dtype and reused across calls.
+
+    Allocating fresh multi-megabyte tensors per chunk costs page faults every
+    time the allocator has returned memory to the system (after any large
+    free elsewhere in a training step). Buffers never escape a call: outputs
+    and gradients are separate tensors. The cache holds a few chunk-sized
+    buffers (about 20 MB for CoCa's class capsules).
+    """
+
+    _local = threading.local()
+
+    def __init__(self, ref: Tensor) -> None:
+        cache = getattr(self._local, "bufs", None)
+        if cache is None:
+            cache = self._local.bufs = {}
+        self.ref = ref
+        self.bufs = cache.setdefault((ref.device, ref.dtype), {})
+
+    def get(self, name: str, *shape: int) -> Tensor:
+        numel = math.prod(shape)
+        buf = self.bufs.get(name)
+        if buf is None or buf.numel() < numel:
+            buf = self.bufs[name] = self.ref.new_empty(numel)
+        return buf[:numel].view(*shape)
+
+
 class _Votes:
     """A chunk's votes in two layouts, ``u`` ``(K, N, D)`` and ``uT`` ``(K, D, N)``; ``K = b*M``."""
 
-    def __init__(self, x: Tensor, weight: Tensor, out_caps: int, agreement: Agreement) -> None:
-        b, N, _ = x.shape
-        votes = torch.bmm(x.transpose(0, 1), weight)  # (N, b, M*D)
-        D = votes.shape[-1] // out_caps
-        self.u = votes.view(N, b * out_caps, D).transpose(0, 1).contiguous()
-        self.uT = self.u.transpose(1, 2).contiguous()
+    def __init__(
+        self, x: Tensor, weight: Tensor, out_caps: int, agreement: Agreement, ws: _Workspace
+    ) -> None:
+        b, N, Din = x.shape
+        MD = weight.shape[-1]
+        D = MD // out_caps
+        K = b * out_caps
+        xt = ws.get("x", N, b, Din).copy_(x.transpose(0, 1))
+        votes = torch.bmm(xt, weight, out=ws.get("votes", N, b, MD))
+        self.u = ws.get("u", K, N, D).copy_(votes.view(N, K, D).transpose(0, 1))
+        self.uT = ws.get("uT", K, D, N).copy_(self.u.transpose(1, 2))
         self.b, self.M, self.N, self.D = b, out_caps, N, D
         # Inverse vote norms for the cosine agreement, (K, 1, N).
         self.inv_norm = (
@@ -105,6 +139,7 @@ def _route_backward(
     agreement: Agreement,
     softmax_dim: int,
     detach_intermediate: bool,
+    ws: _Workspace,
 ) -> Tensor:
     """Gradient of the routing with respect to the votes, in layout ``(K, D, N)``."""
     K, N, D = vt.u.shape
@@ -138,7 +173,7 @@ def _route_backward(
         c = tr.c[t]
         g_l = c * (g_c - (g_c * c).sum(softmax_dim, keepdim=True))
         g_logits = g_l if g_logits is None else g_logits + g_l
-    grad_uT = torch.bmm(torch.cat(vecs, 2), torch.cat(coef, 1))  # (K, D, N)
+    grad_uT = torch.bmm(torch.cat(vecs, 2), torch.cat(coef, 1), out=ws.get("grad_uT", K, D, N))
     if scale_field is not None:
         grad_uT = grad_uT + scale_field * vt.uT
     return grad_uT
@@ -162,8 +197,9 @@ class _FusedDenseRouting(torch.autograd.Function):
         chunk = _chunk_size(N, out_caps, D, B)
         v_out = x.new_empty(B, out_caps, D)
         c_out = x.new_empty(B, out_caps, N)
+        ws = _Workspace(x)
         for i in range(0, B, chunk):
-            vt = _Votes(x[i : i + chunk], weight, out_caps, agreement)
+            vt = _Votes(x[i : i + chunk], weight, out_caps, agreement, ws)
             v, tr = _route(vt, iters, agreement, softmax_dim)
             v_out[i : i + chunk] = v.view(vt.b, out_caps, D)
             c_out[i : i + chunk] = tr.c[-1]
@@ -180,14 +216,16 @@ class _FusedDenseRouting(torch.autograd.Function):
         B, N, _ = x.shape
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        ws = _Workspace(x)
         for i in range(0, B, chunk):
             xc = x[i : i + chunk]
-            vt = _Votes(xc, weight, out_caps, agreement)
+            vt = _Votes(xc, weight, out_caps, agreement, ws)
             _, tr = _route(vt, iters, agreement, softmax_dim)
             g = grad_v[i : i + chunk].reshape(-1, vt.D)
-            grad_uT = _route_backward(vt, g, tr, agreement, softmax_dim, detach_intermediate)
+            grad_uT = _route_backward(vt, g, tr, agreement, softmax_dim, detach_intermediate, ws)
             # (K, D, N) -> (N, b, M*D), the layout of the votes GEMM.
-            grad_votes = grad_uT.reshape(-1, N).t().contiguous().view(N, vt.b, -1)
+            grad_votes = ws.get("grad_votes", N, vt.b, weight.shape[-1])
+            grad_votes.view(N, -1).copy_(grad_uT.view(-1, N).t())
             if grad_x is not None:
                 grad_x[i : i + chunk] = torch.bmm(grad_votes, weight.transpose(1, 2)).transpose(
                     0, 1

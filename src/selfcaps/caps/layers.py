@@ -37,8 +37,8 @@ __all__ = [
     "SelfRoutingDense",
     "child_votes",
     "flatten_caps",
-    "use_fused_routing",
     "unfold_caps",
+    "use_fused_routing",
 ]
 
 Init = Literal["normal", "kaiming", "xavier"]
@@ -48,8 +48,10 @@ _FUSED_ROUTING = True
 
 @contextlib.contextmanager
 def use_fused_routing(enabled: bool) -> Iterator[None]:
-    """Switch :class:`DenseCaps` / :class:`ConvCaps2d` between the fused implementation
-    (default) and the readable ``dynamic_routing(child_votes(...))`` for the duration.
+    """Switch the capsule layers between the fused and the readable routing implementation.
+
+    :class:`DenseCaps` and :class:`ConvCaps2d` use the fused implementation by
+    default and ``dynamic_routing(child_votes(...))`` inside ``use_fused_routing(False)``.
 
     Both give the same values and gradients; the readable path is what FLOP counters
     and debuggers see op by op.

@@ -8,6 +8,7 @@ replace. YAML is parsed with ``yaml.safe_load`` (no object construction).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -124,10 +125,8 @@ def parse_overrides(items: Sequence[str]) -> list[tuple[str, Any]]:
             raise ConfigError(f"override {key}: cannot parse value {raw!r} ({e})") from None
         if isinstance(value, str):
             # YAML 1.1 reads "1e-3" as a string; accept float literals without a dot.
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value) if any(c in value.lower() for c in "e.") else value
-            except ValueError:
-                pass
         out.append((key, value))
     return out
 

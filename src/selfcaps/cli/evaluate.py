@@ -67,8 +67,9 @@ def _feature_kind(method: CapsuleMethod, requested: str | None) -> str:
         method.eval()
         available = list(method.features(x))
     if kind not in available:
-        raise ConfigError(f"--feature: {kind!r} is not a feature of {method.name}; "
-                          f"valid: {', '.join(available)}")
+        raise ConfigError(
+            f"--feature: {kind!r} is not a feature of {method.name}; valid: {', '.join(available)}"
+        )
     return kind
 
 
@@ -80,8 +81,9 @@ def _probe_features(method: CapsuleMethod, dm: SelfcapsDataModule, kind: str) ->
     return out
 
 
-def run_protocol(method: CapsuleMethod, dm: SelfcapsDataModule, protocol: str,
-                 kind: str) -> dict[str, float | int | str]:
+def run_protocol(
+    method: CapsuleMethod, dm: SelfcapsDataModule, protocol: str, kind: str
+) -> dict[str, float | int | str]:
     """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys."""
     e, nc = method.cfg.eval, method.info.num_classes
     if protocol == "knn":
@@ -92,22 +94,33 @@ def run_protocol(method: CapsuleMethod, dm: SelfcapsDataModule, protocol: str,
         if protocol == "linear":
             res = linear_probe(tr, ytr, te, yte, nc, val_f=va, val_y=yva, epochs=e.linear_epochs)
         else:
-            res = svm_probe(tr, ytr, te, yte, C=e.svm_c, gamma=e.svm_gamma,
-                            max_train=e.svm_max_train)
-        return {f"{protocol}_top1_{kind}": float(res["top1"]),
-                f"{protocol}_top5_{kind}": float(res["top5"])}
+            res = svm_probe(
+                tr, ytr, te, yte, C=e.svm_c, gamma=e.svm_gamma, max_train=e.svm_max_train
+            )
+        return {
+            f"{protocol}_top1_{kind}": float(res["top1"]),
+            f"{protocol}_top5_{kind}": float(res["top5"]),
+        }
     backbone = _FeatureBackbone(method, kind)
     dim = int(backbone(torch.zeros(2, method.info.channels, *method.info.image_size)).shape[1])
     res = finetune(
-        backbone, dim, nc,
-        dm.eval_loader("train").dataset, dm.eval_loader("val").dataset,
+        backbone,
+        dim,
+        nc,
+        dm.eval_loader("train").dataset,
+        dm.eval_loader("val").dataset,
         dm.eval_loader("test").dataset,
-        epochs=int(e.finetune_epochs), lr=float(e.finetune_lr), weight_decay=1e-4,
-        batch_size=int(method.cfg.data.batch_size), seed=int(method.cfg.seed),
+        epochs=int(e.finetune_epochs),
+        lr=float(e.finetune_lr),
+        weight_decay=1e-4,
+        batch_size=int(method.cfg.data.batch_size),
+        seed=int(method.cfg.seed),
     )
-    return {f"finetune_top1_{kind}": float(res["test_top1"]),
-            f"finetune_top5_{kind}": float(res["test_top5"]),
-            "finetune_best_epoch": int(res["best_epoch"]) + 1}
+    return {
+        f"finetune_top1_{kind}": float(res["test_top1"]),
+        f"finetune_top5_{kind}": float(res["test_top5"]),
+        "finetune_best_epoch": int(res["best_epoch"]) + 1,
+    }
 
 
 class _FeatureBackbone(torch.nn.Module):
@@ -138,7 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    """``selfcaps profile``: parameters and FLOPs of a method's network on its data's image shape."""
+    """``selfcaps profile``: parameters and FLOPs of a method's network on its data's images."""
     method_cls = get_method(args.method)
     overrides = parse_overrides(args.overrides)
     if args.data:

@@ -87,8 +87,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch intra-op threads")
     p.add_argument("--num-workers", type=int, help="data loader workers")
     p.add_argument("--compile", action="store_true", help="torch.compile the network")
-    p.add_argument("--skip-nonfinite", action="store_true",
-                   help="skip steps with a non-finite loss or gradient instead of stopping")
+    p.add_argument(
+        "--skip-nonfinite",
+        action="store_true",
+        help="skip steps with a non-finite loss or gradient instead of stopping",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     seen: dict[str, str] = {}
     for name in list_methods():
@@ -96,8 +99,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
             if flag in seen:
                 continue
             seen[flag] = spec.key
-            p.add_argument(flag, type=spec.type, choices=spec.choices,
-                           help=f"{spec.help} (sets {spec.key})")
+            p.add_argument(
+                flag, type=spec.type, choices=spec.choices, help=f"{spec.help} (sets {spec.key})"
+            )
 
 
 def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str, str]:
@@ -111,7 +115,9 @@ def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str
     return "./data", "default (./data)"
 
 
-def _overrides_from_args(args: argparse.Namespace, method: type[CapsuleMethod]) -> list[tuple[str, Any]]:
+def _overrides_from_args(
+    args: argparse.Namespace, method: type[CapsuleMethod]
+) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     for attr, key in _FLAG_KEYS.items():
         value = getattr(args, attr, None)
@@ -134,12 +140,13 @@ def _overrides_from_args(args: argparse.Namespace, method: type[CapsuleMethod]) 
 
 def _default_out(cfg: DictConfig) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / cfg.method / str(cfg.data.name).replace(":", "_").replace("/", "_") / stamp
+    return (
+        Path("runs") / cfg.method / str(cfg.data.name).replace(":", "_").replace("/", "_") / stamp
+    )
 
 
 def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None, str]:
-    """Resolve the configuration, the run directory, the checkpoint to resume from and
-    where the data root came from."""
+    """Resolve the configuration, run directory, checkpoint to resume from and data-root source."""
     method = get_method(args.method)
     if args.resume:
         if args.out is None:
@@ -155,20 +162,26 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         if args.max_time is not None:  # a resumed run may get a new budget
             cfg.trainer.max_time = args.max_time
         return cfg, args.out, ckpt, f"{saved} (data.root)"
-    cfg = load_config(method.name, args.preset, _overrides_from_args(args, method),
-                      methods=list_methods())
+    cfg = load_config(
+        method.name, args.preset, _overrides_from_args(args, method), methods=list_methods()
+    )
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)
     method.validate_config(cfg)
     out = args.out or _default_out(cfg)
     if (out / "checkpoints" / "last.ckpt").exists():
-        raise ConfigError(f"{out} already holds a run; use --resume to continue it or another --out")
+        raise ConfigError(
+            f"{out} already holds a run; use --resume to continue it or another --out"
+        )
     return cfg, out, None, source
 
 
 def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
-    """Push two evaluation images through the network before training: a model that
-    cannot take the data's image size or channels fails now, with expected vs got."""
+    """Push two evaluation images through the network before training.
+
+    A model that cannot take the data's image size or channels fails now, with
+    expected vs got, not after the data has been loaded and an epoch has run.
+    """
     _, eval_tf = method.build_transforms()
     ds = dm.split("val")
     x = torch.stack([eval_tf(ds[i][0]) for i in range(min(2, len(ds)))])
@@ -261,8 +274,11 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     method.eval()
     if evaluate:
         metrics.update(method.evaluate(dm))
-    save_weights(out / "model.safetensors", method.network.state_dict(),
-                 {**method.model_config(), "method": method.name, "selfcaps_version": __version__})
+    save_weights(
+        out / "model.safetensors",
+        method.network.state_dict(),
+        {**method.model_config(), "method": method.name, "selfcaps_version": __version__},
+    )
     atomic_write_json(out / "metrics.json", metrics)
     _write_figures(method, dm, out)
     _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
@@ -271,7 +287,11 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
 
 def _check_split_sizes(cfg: DictConfig, dm: SelfcapsDataModule) -> None:
     n_train = len(dm.split("train"))
-    world = int(cfg.trainer.devices) * int(cfg.trainer.num_nodes) if cfg.trainer.strategy == "ddp" else 1
+    world = (
+        int(cfg.trainer.devices) * int(cfg.trainer.num_nodes)
+        if cfg.trainer.strategy == "ddp"
+        else 1
+    )
     if int(cfg.data.batch_size) > n_train // world:
         raise ConfigError(
             f"data.batch_size: {cfg.data.batch_size} is larger than the {n_train // world} "
@@ -279,8 +299,11 @@ def _check_split_sizes(cfg: DictConfig, dm: SelfcapsDataModule) -> None:
         )
     for key in ("monitor.knn_k", "eval.knn_k"):
         k = int(OmegaConf.select(cfg, key))
-        bank = n_train if key == "eval.knn_k" or cfg.monitor.bank_size is None else min(
-            n_train, int(cfg.monitor.bank_size))
+        bank = (
+            n_train
+            if key == "eval.knn_k" or cfg.monitor.bank_size is None
+            else min(n_train, int(cfg.monitor.bank_size))
+        )
         if k > bank:
             raise ConfigError(f"{key}: k={k} is larger than the kNN bank ({bank} training images)")
 
@@ -289,8 +312,9 @@ def _write_figures(method: CapsuleMethod, dm: SelfcapsDataModule, out: Path) -> 
     from selfcaps.viz import plot_training_curves, render_figure
 
     figs = out / "figures"
-    plot_training_curves(out / "metrics.csv", figs / "curves.png",
-                         title=f"{method.name} on {method.cfg.data.name}")
+    plot_training_curves(
+        out / "metrics.csv", figs / "curves.png", title=f"{method.name} on {method.cfg.data.name}"
+    )
     for stem, spec in method.figures(dm).items():
         render_figure(spec, figs / f"{stem}.png")
 

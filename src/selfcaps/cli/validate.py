@@ -43,8 +43,12 @@ def validate_config(cfg: DictConfig) -> None:
     check(cfg, "optim.lr", _positive, "a learning rate > 0")
     check(cfg, "optim.weight_decay", lambda v: v >= 0, "a weight decay >= 0")
     check(cfg, "optim.name", lambda v: v in ("adam", "adamw", "sgd"), "adam, adamw or sgd")
-    check(cfg, "optim.scheduler", lambda v: v in ("none", "cosine", "step", "multistep"),
-          "none, cosine, step or multistep")
+    check(
+        cfg,
+        "optim.scheduler",
+        lambda v: v in ("none", "cosine", "step", "multistep"),
+        "none, cosine, step or multistep",
+    )
     check(cfg, "optim.interval", lambda v: v in ("epoch", "step"), "epoch or step")
     check(cfg, "data.batch_size", _positive, "a batch size >= 1")
     check(cfg, "data.eval_batch_size", _positive, "a batch size >= 1")
@@ -62,5 +66,9 @@ def validate_config(cfg: DictConfig) -> None:
         check(cfg, f"{section}.knn_k", _positive, "a number of neighbours k >= 1")
         check(cfg, f"{section}.knn_t", _positive, "a temperature > 0")
     check(cfg, "eval.svm_c", _positive, "an SVM C > 0")
-    check(cfg, "eval.svm_gamma", lambda v: v in ("scale", "auto") or v > 0,
-          "an RBF gamma > 0, 'scale' or 'auto'")
+    check(
+        cfg,
+        "eval.svm_gamma",
+        lambda v: v in ("scale", "auto") or v > 0,
+        "an RBF gamma > 0, 'scale' or 'auto'",
+    )

@@ -1,0 +1,1 @@
+"""YAML presets shipped with selfcaps (``<method>_<preset>.yaml`` and ``base.yaml``)."""

@@ -68,7 +68,7 @@ class NTXentLoss(nn.Module):
         self.gather_distributed = gather_distributed
 
     def forward(self, out0: Tensor, out1: Tensor) -> Tensor:
-        """Loss for embeddings ``out0`` and ``out1`` of shape ``(N, D)``; row ``i`` of each is a pair.
+        """Loss for ``(N, D)`` embeddings ``out0`` and ``out1``; row ``i`` of each is a pair.
 
         Args:
             out0: First views' embeddings.

@@ -1,5 +1,7 @@
-"""What every method's LightningModule shares: configuration, optimiser and schedule,
-non-finite guards, the online weighted-kNN monitor and checkpointed state.
+"""What every method's LightningModule shares.
+
+Configuration, optimiser and schedule, non-finite guards, the online
+weighted-kNN monitor, figures and checkpointed state.
 
 A method subclasses :class:`CapsuleMethod` and provides the network
 (:meth:`build_network`), its transforms (:meth:`build_transforms`), its loss
@@ -129,12 +131,19 @@ class CapsuleMethod(L.LightningModule):
             self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
             return None
         bs = self._batch_size(batch)
-        self.log("train_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=bs,
-                 sync_dist=True)
+        self.log(
+            "train_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=bs, sync_dist=True
+        )
         self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True, on_epoch=False)
         for k, v in logs.items():
-            self.log(k, v.detach() if isinstance(v, Tensor) else v, on_step=False, on_epoch=True,
-                     batch_size=bs, sync_dist=True)
+            self.log(
+                k,
+                v.detach() if isinstance(v, Tensor) else v,
+                on_step=False,
+                on_epoch=True,
+                batch_size=bs,
+                sync_dist=True,
+            )
         return loss
 
     @staticmethod
@@ -146,11 +155,17 @@ class CapsuleMethod(L.LightningModule):
 
     def on_after_backward(self) -> None:
         """Check the gradients; a non-finite one stops the run (or the step is skipped)."""
-        bad = [n for n, p in self.named_parameters() if p.grad is not None
-               and not torch.isfinite(p.grad).all()]
+        bad = [
+            n
+            for n, p in self.named_parameters()
+            if p.grad is not None and not torch.isfinite(p.grad).all()
+        ]
         if not bad:
             return
-        msg = f"step {self.global_step} (epoch {self.current_epoch}): gradient of {bad[0]} is not finite"
+        msg = (
+            f"step {self.global_step} (epoch {self.current_epoch}): "
+            f"gradient of {bad[0]} is not finite"
+        )
         if not self.cfg.trainer.skip_nonfinite:
             raise NonFiniteError(
                 f"{msg} ({len(bad)} parameters affected); stopping. The last good checkpoint "
@@ -162,8 +177,11 @@ class CapsuleMethod(L.LightningModule):
         self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
 
     def on_train_epoch_start(self) -> None:
-        """Reseed the global RNG from (seed, epoch): an epoch's randomness never depends on
-        what ran before, so resuming from a checkpoint reproduces the uninterrupted run."""
+        """Reseed the global RNG from (seed, epoch, rank).
+
+        An epoch's randomness then never depends on what ran before, so resuming
+        from a checkpoint reproduces the uninterrupted run.
+        """
         from selfcaps.methods.datamodule import mix_seed
 
         seed = mix_seed(self.cfg.seed, self.current_epoch, self.global_rank, 0x7AA1)
@@ -193,15 +211,20 @@ class CapsuleMethod(L.LightningModule):
         if o.scheduler == "step":
             return torch.optim.lr_scheduler.StepLR(opt, step_size=o.step_size, gamma=o.gamma)
         if o.scheduler == "multistep":
-            return torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(o.milestones),
-                                                        gamma=o.gamma)
+            return torch.optim.lr_scheduler.MultiStepLR(
+                opt, milestones=list(o.milestones), gamma=o.gamma
+            )
         if o.scheduler == "cosine":
-            total = (self.trainer.estimated_stepping_batches if o.interval == "step"
-                     else self.trainer.max_epochs)
+            total = (
+                self.trainer.estimated_stepping_batches
+                if o.interval == "step"
+                else self.trainer.max_epochs
+            )
             total = int(total) if total and math.isfinite(total) else 1
             return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
         raise ValueError(
-            f"optim.scheduler: unknown schedule {o.scheduler!r}; valid: none, cosine, step, multistep"
+            f"optim.scheduler: unknown schedule {o.scheduler!r}; "
+            "valid: none, cosine, step, multistep"
         )
 
     # ------------------------------------------------------- online kNN monitor
@@ -210,6 +233,7 @@ class CapsuleMethod(L.LightningModule):
         return self.features(x)[self.monitor_feature]
 
     def on_validation_epoch_start(self) -> None:
+        """Start collecting monitor features."""
         self._val_store = {0: [], 1: []}
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -226,8 +250,15 @@ class CapsuleMethod(L.LightningModule):
         bank_f, bank_y = (_gather_uneven(self, t) for t in bank)
         val_f, val_y = (_gather_uneven(self, t) for t in val)
         m = self.cfg.monitor
-        res = knn_evaluate(bank_f, bank_y, val_f, val_y, self.info.num_classes,
-                           k=min(m.knn_k, bank_f.shape[0]), t=m.knn_t)
+        res = knn_evaluate(
+            bank_f,
+            bank_y,
+            val_f,
+            val_y,
+            self.info.num_classes,
+            k=min(m.knn_k, bank_f.shape[0]),
+            t=m.knn_t,
+        )
         self.log("val_knn_top1", float(res["top1"]), prog_bar=True, sync_dist=False)
         self.log("val_knn_top5", float(res["top5"]), sync_dist=False)
         self._val_store = {0: [], 1: []}
@@ -238,18 +269,27 @@ class CapsuleMethod(L.LightningModule):
         return {"retrieval": self.retrieval_figure(dm)}
 
     @torch.no_grad()
-    def retrieval_figure(self, dm: Any, queries: int = 8, k: int = 8, bank: int = 5000) -> ImageGrid:
-        """Test images (first column) and their ``k`` nearest training images by the monitor feature."""
+    def retrieval_figure(
+        self, dm: Any, queries: int = 8, k: int = 8, bank: int = 5000
+    ) -> ImageGrid:
+        """Test images (first column) and their ``k`` nearest training images (monitor feature)."""
         _, eval_tf = self.build_transforms()
         test, train = dm.split("test"), dm.split("train")
         q_idx = torch.linspace(0, len(test) - 1, queries).long().tolist()
-        b_idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[:bank].tolist()
+        b_idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[
+            :bank
+        ].tolist()
 
         def load(ds: Any, idx: list[int]) -> tuple[Tensor, Tensor]:
             raw = torch.stack([ds[i][0] for i in idx])
-            feats = [self.monitor_features(torch.stack([eval_tf(r) for r in raw[j : j + 256]])
-                                           .to(self.device)).float().cpu()
-                     for j in range(0, len(raw), 256)]
+            feats = [
+                self.monitor_features(
+                    torch.stack([eval_tf(r) for r in raw[j : j + 256]]).to(self.device)
+                )
+                .float()
+                .cpu()
+                for j in range(0, len(raw), 256)
+            ]
             return raw.float() / 255.0, torch.cat(feats)
 
         was_training = self.training
@@ -265,7 +305,9 @@ class CapsuleMethod(L.LightningModule):
         return ImageGrid(
             torch.cat(rows),
             nrow=nn_idx.shape[1] + 1,
-            title=f"test image | {nn_idx.shape[1]} nearest training images ({self.monitor_feature})",
+            title=(
+                f"test image | {nn_idx.shape[1]} nearest training images ({self.monitor_feature})"
+            ),
         )
 
     # --------------------------------------------------------- checkpointed state
@@ -277,6 +319,7 @@ class CapsuleMethod(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore what :meth:`on_save_checkpoint` stored."""
         state = checkpoint.get("selfcaps", {})
         self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
         if "torch_rng_state" in state:

@@ -104,7 +104,7 @@ class CoCa(CapsuleMethod):
         }
 
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
-        """kNN on backbone and capsules, plus pixel and random-init baselines (percent)."""
+        """KNN on backbone and capsules, plus pixel and random-init baselines (percent)."""
         e = self.cfg.eval
         metrics: dict[str, float | int | str] = {}
         nc = self.info.num_classes

@@ -201,8 +201,13 @@ class SelfcapsDataModule(L.LightningDataModule):
         """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
         if name not in self._splits:
             d = self.cfg.data
-            ds = get_dataset(d.name, root=d.root, split=name, val_fraction=d.val_fraction,
-                             root_source=self.root_source)
+            ds = get_dataset(
+                d.name,
+                root=d.root,
+                split=name,
+                val_fraction=d.val_fraction,
+                root_source=self.root_source,
+            )
             if name == "train":
                 ds = _subset(ds, d.train_subset, self.cfg.seed)
             self._splits[name] = ds

@@ -53,7 +53,7 @@ def knn_metrics(
     bank_split: str = "train",
     query_split: str = "test",
 ) -> dict[str, float]:
-    """Weighted-kNN top-1/top-5 (percent) of ``query_split`` against ``bank_split`` per feature kind.
+    """Weighted-kNN top-1/top-5 (percent) of ``query_split`` against ``bank_split``, per kind.
 
     Keys: ``knn_top1_<kind>``, ``knn_top5_<kind>``. k and T come from ``dm.cfg.eval``; the
     bank is the deterministic evaluation transform of ``bank_split``.
@@ -63,8 +63,9 @@ def knn_metrics(
     query, query_y = collect_features(module, dm.eval_loader(query_split), fn, kinds)
     out: dict[str, float] = {}
     for k in kinds:
-        res = knn_evaluate(bank[k], bank_y, query[k], query_y, num_classes,
-                           k=cfg.eval.knn_k, t=cfg.eval.knn_t)
+        res = knn_evaluate(
+            bank[k], bank_y, query[k], query_y, num_classes, k=cfg.eval.knn_k, t=cfg.eval.knn_t
+        )
         out[f"knn_top1_{k}"] = float(res["top1"])
         out[f"knn_top5_{k}"] = float(res["top5"])
     return out

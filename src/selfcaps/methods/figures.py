@@ -37,7 +37,7 @@ class LinePlot:
 
 @dataclass
 class BarPlot:
-    """Bars ``values`` at ``labels``; several named groups side by side when ``values`` is a dict."""
+    """Bars at ``labels``, one group per entry of ``values``, side by side."""
 
     values: dict[str, list[float]]
     labels: list[str]

@@ -10,6 +10,7 @@ unpickled is refused.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -56,7 +57,9 @@ def check_writable(directory: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise type(e)(e.errno, f"cannot write the output directory {directory}: {e.strerror}") from e
+        raise type(e)(
+            e.errno, f"cannot write the output directory {directory}: {e.strerror}"
+        ) from e
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
@@ -79,10 +82,8 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         if isinstance(e, OSError):
             raise type(e)(e.errno, f"could not write {path}: {e.strerror}") from e
         raise
@@ -129,7 +130,9 @@ def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, An
             f"plain data, which could execute code when unpickled ({str(e).splitlines()[0]})"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise CheckpointError(f"cannot read checkpoint {path}: truncated or corrupt ({e})") from None
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: truncated or corrupt ({e})"
+        ) from None
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path} is not a checkpoint (got {type(ckpt).__name__})")
     return ckpt

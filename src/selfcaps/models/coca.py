@@ -1,5 +1,7 @@
-"""CoCa: the Siamese capsule network of "Capsule Network based Contrastive Learning of
-Unsupervised Visual Representations" (Panwar, 2022; reference code github.com/Harsh9524/CoCa).
+"""CoCa's network: a Siamese capsule network for contrastive learning.
+
+From "Capsule Network based Contrastive Learning of Unsupervised Visual
+Representations" (Panwar, 2022; reference code github.com/Harsh9524/CoCa).
 
 Architecture (paper Table I, matched to the reference code):
 
@@ -143,7 +145,7 @@ class CoCaNet(nn.Module):
 
     @staticmethod
     def embedding(capsules: Tensor) -> Tensor:
-        """The contrastive embedding: L2-normalised class capsule lengths ``(B, num_class_caps)``."""
+        """The contrastive embedding: L2-normalised class-capsule lengths, ``(B, M)``."""
         return F.normalize(caps_length(capsules), dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:

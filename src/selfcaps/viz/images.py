@@ -9,11 +9,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from torchvision.utils import make_grid  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
+from torchvision.utils import make_grid
 
-from selfcaps.methods.io import atomic_write_bytes  # noqa: E402
+from selfcaps.methods.io import atomic_write_bytes
 
 __all__ = ["denormalize", "save_figure", "save_image_grid"]
 
@@ -37,8 +37,9 @@ def save_image_grid(images: torch.Tensor, path: Path | str, nrow: int, padding: 
     """Save ``(N, C, H, W)`` images in [0, 1] as a PNG grid with ``nrow`` images per row."""
     from PIL import Image
 
-    grid = make_grid(images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=padding,
-                     pad_value=1.0)
+    grid = make_grid(
+        images.detach().float().cpu().clamp(0, 1), nrow=nrow, padding=padding, pad_value=1.0
+    )
     arr = (grid.permute(1, 2, 0) * 255).round().to(torch.uint8).numpy()
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format="PNG")

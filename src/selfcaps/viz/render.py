@@ -16,8 +16,9 @@ __all__ = ["render_figure"]
 def _labelled_grid(spec: ImageGrid, out: Path) -> None:
     from torchvision.utils import make_grid
 
-    grid = make_grid(spec.images.detach().float().cpu().clamp(0, 1), nrow=spec.nrow, padding=2,
-                     pad_value=1.0)
+    grid = make_grid(
+        spec.images.detach().float().cpu().clamp(0, 1), nrow=spec.nrow, padding=2, pad_value=1.0
+    )
     fig, ax = plt.subplots(figsize=(max(4.0, grid.shape[2] / 40), max(2.0, grid.shape[1] / 40)))
     ax.imshow(grid.permute(1, 2, 0).numpy(), interpolation="nearest")
     ax.set_xticks([])
