@@ -31,6 +31,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_third_party() -> None:
+    """Silence messages that say nothing about the user's run (Lightning tips, deprecations)."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
+    warnings.filterwarnings("ignore", message="The number of training batches .* is smaller")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level argument parser with every subcommand."""
     from selfcaps.cli.evaluate import (
@@ -83,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from selfcaps.methods import NonFiniteError
     from selfcaps.methods.io import CheckpointError
 
+    _quiet_third_party()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come anywhere on the line, before or after options.

@@ -159,8 +159,10 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
             raise ConfigError(f"--resume: {args.out} is a {cfg.method} run, not {method.name}")
         last = args.out / "checkpoints" / "last.ckpt"
         ckpt = last if last.is_file() else None
-        if args.max_time is not None:  # a resumed run may get a new budget
-            cfg.trainer.max_time = args.max_time
+        # A resumed run may get a new budget; nothing else may change.
+        for attr, key in (("max_time", "max_time"), ("epochs", "epochs"), ("max_steps", "max_steps")):
+            if getattr(args, attr) is not None:
+                cfg.trainer[key] = getattr(args, attr)
         return cfg, args.out, ckpt, f"{saved} (data.root)"
     cfg = load_config(
         method.name, args.preset, _overrides_from_args(args, method), methods=list_methods()

@@ -1,0 +1,84 @@
+"""End-to-end CoCa runs on a tiny budget: every file of the run directory, resume."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import selfcaps
+from selfcaps.cli import main
+
+TINY = [
+    "--no-progress", "--batch-size", "32", "--deterministic", "--threads", "1",
+    "data.train_subset=128", "data.eval_batch_size=256", "monitor.knn_every_n_epochs=1",
+    "monitor.knn_k=10", "eval.knn_k=10",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("coca") / "run"
+    assert main(["run", "coca", "--out", str(out), "--epochs", "2", *TINY]) == 0
+    return out
+
+
+def test_run_directory_has_every_file(run_dir):
+    for name in ("config.yaml", "metrics.json", "metrics.csv", "hparams.yaml", "model.safetensors",
+                 "config.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt",
+                 "figures/curves.png", "figures/retrieval.png"):
+        assert (run_dir / name).is_file(), name
+    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+
+
+def test_metrics_are_flat_and_complete(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("knn_top1_backbone", "knn_top5_backbone", "knn_top1_capsule", "knn_top5_capsule",
+                "knn_top1_pixels", "knn_top1_random_init", "best_epoch", "train_images_per_s"):
+        assert key in m, key
+    assert all(isinstance(v, int | float | str) for v in m.values())
+    for key in ("knn_top1_backbone", "knn_top1_capsule", "knn_top1_pixels"):
+        assert 0.0 <= m[key] <= 100.0
+    assert m["epochs_trained"] == 2 and m["steps"] == 2 * (128 // 32)
+
+
+def test_metrics_csv_has_one_row_per_epoch_and_monitor(run_dir):
+    rows = (run_dir / "metrics.csv").read_text().strip().splitlines()
+    header = rows[0].split(",")
+    assert {"epoch", "train_loss", "val_knn_top1"} <= set(header)
+    epochs = {r.split(",")[header.index("epoch")] for r in rows[1:]}
+    assert epochs == {"0", "1"}
+
+
+def test_weights_load_without_lightning(run_dir):
+    cfg = json.loads((run_dir / "config.json").read_text())
+    net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"])
+    net.load_state_dict(load_file(run_dir / "model.safetensors"))
+    net.eval()
+    z = net(torch.zeros(2, 1, 28, 28))
+    assert z.shape == (2, 10)
+
+
+def test_eval_command_adds_protocol_metrics(run_dir):
+    assert main(["eval", str(run_dir), "--protocol", "linear"]) == 0
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= m["linear_top1_backbone"] <= 100.0
+    assert "knn_top1_backbone" in m  # earlier metrics are kept
+
+
+def test_resume_reproduces_uninterrupted_run(tmp_path, run_dir):
+    out = tmp_path / "resumed"
+    assert main(["run", "coca", "--out", str(out), "--epochs", "1", *TINY]) == 0
+    assert main(["run", "coca", "--out", str(out), "--resume", "--epochs", "2"]) == 0
+    a = json.loads((run_dir / "metrics.json").read_text())
+    b = json.loads((out / "metrics.json").read_text())
+    for key in ("knn_top1_backbone", "knn_top1_capsule", "last_val_knn_top1", "best_epoch", "steps"):
+        assert a[key] == b[key], key
+    wa, wb = load_file(run_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0)
+
+
+def test_refuses_to_overwrite_a_run(run_dir, capsys):
+    assert main(["run", "coca", "--out", str(run_dir), "--epochs", "1", *TINY]) == 2
+    assert "already holds a run" in capsys.readouterr().err
