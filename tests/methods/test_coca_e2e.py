@@ -10,9 +10,17 @@ import selfcaps
 from selfcaps.cli import main
 
 TINY = [
-    "--no-progress", "--batch-size", "32", "--deterministic", "--threads", "1",
-    "data.train_subset=128", "data.eval_batch_size=256", "monitor.knn_every_n_epochs=1",
-    "monitor.knn_k=10", "eval.knn_k=10",
+    "--no-progress",
+    "--batch-size",
+    "32",
+    "--deterministic",
+    "--threads",
+    "1",
+    "data.train_subset=128",
+    "data.eval_batch_size=256",
+    "monitor.knn_every_n_epochs=1",
+    "monitor.knn_k=10",
+    "eval.knn_k=10",
 ]
 
 
@@ -24,17 +32,34 @@ def run_dir(tmp_path_factory):
 
 
 def test_run_directory_has_every_file(run_dir):
-    for name in ("config.yaml", "metrics.json", "metrics.csv", "hparams.yaml", "model.safetensors",
-                 "config.json", "checkpoints/last.ckpt", "checkpoints/best.ckpt",
-                 "figures/curves.png", "figures/retrieval.png"):
+    for name in (
+        "config.yaml",
+        "metrics.json",
+        "metrics.csv",
+        "hparams.yaml",
+        "model.safetensors",
+        "config.json",
+        "checkpoints/last.ckpt",
+        "checkpoints/best.ckpt",
+        "figures/curves.png",
+        "figures/retrieval.png",
+    ):
         assert (run_dir / name).is_file(), name
     assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
 
 
 def test_metrics_are_flat_and_complete(run_dir):
     m = json.loads((run_dir / "metrics.json").read_text())
-    for key in ("knn_top1_backbone", "knn_top5_backbone", "knn_top1_capsule", "knn_top5_capsule",
-                "knn_top1_pixels", "knn_top1_random_init", "best_epoch", "train_images_per_s"):
+    for key in (
+        "knn_top1_backbone",
+        "knn_top5_backbone",
+        "knn_top1_capsule",
+        "knn_top5_capsule",
+        "knn_top1_pixels",
+        "knn_top1_random_init",
+        "best_epoch",
+        "train_images_per_s",
+    ):
         assert key in m, key
     assert all(isinstance(v, int | float | str) for v in m.values())
     for key in ("knn_top1_backbone", "knn_top1_capsule", "knn_top1_pixels"):
@@ -72,7 +97,8 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, run_dir):
     assert main(["run", "coca", "--out", str(out), "--resume", "--epochs", "2"]) == 0
     a = json.loads((run_dir / "metrics.json").read_text())
     b = json.loads((out / "metrics.json").read_text())
-    for key in ("knn_top1_backbone", "knn_top1_capsule", "last_val_knn_top1", "best_epoch", "steps"):
+    keys = ("knn_top1_backbone", "knn_top1_capsule", "last_val_knn_top1", "best_epoch", "steps")
+    for key in keys:
         assert a[key] == b[key], key
     wa, wb = load_file(run_dir / "model.safetensors"), load_file(out / "model.safetensors")
     for k in wa:

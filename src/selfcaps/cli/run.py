@@ -160,9 +160,9 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         last = args.out / "checkpoints" / "last.ckpt"
         ckpt = last if last.is_file() else None
         # A resumed run may get a new budget; nothing else may change.
-        for attr, key in (("max_time", "max_time"), ("epochs", "epochs"), ("max_steps", "max_steps")):
-            if getattr(args, attr) is not None:
-                cfg.trainer[key] = getattr(args, attr)
+        for key in ("max_time", "epochs", "max_steps"):
+            if getattr(args, key) is not None:
+                cfg.trainer[key] = getattr(args, key)
         return cfg, args.out, ckpt, f"{saved} (data.root)"
     cfg = load_config(
         method.name, args.preset, _overrides_from_args(args, method), methods=list_methods()
