@@ -234,10 +234,13 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     if trainer.is_global_zero and ckpt is None:
         atomic_write_yaml(out / "config.yaml", OmegaConf.to_container(method.cfg, resolve=True))
     t0 = time.perf_counter()
-    trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
-    train_time = time.perf_counter() - t0
     last = out / "checkpoints" / "last.ckpt"
-    trainer.save_checkpoint(last, weights_only=False)
+    if int(method.cfg.trainer.epochs) > 0:
+        trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+        trainer.save_checkpoint(last, weights_only=False)
+    else:  # no training phase (e.g. MCAE's no-pretraining baseline): keep the initial weights
+        _save_initial_checkpoint(method, last)
+    train_time = time.perf_counter() - t0
     if not trainer.is_global_zero:
         return 0
     best = out / "checkpoints" / "best.ckpt"
@@ -285,6 +288,20 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     _write_figures(method, dm, out)
     _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
     return 0
+
+
+def _save_initial_checkpoint(method: CapsuleMethod, path: Path) -> None:
+    """A checkpoint of the untrained module, for runs with ``trainer.epochs=0``."""
+    from selfcaps.methods.io import AtomicCheckpointIO
+
+    ckpt = {
+        "epoch": 0,
+        "global_step": 0,
+        "state_dict": method.state_dict(),
+        "hyper_parameters": dict(method.hparams),
+    }
+    method.on_save_checkpoint(ckpt)
+    AtomicCheckpointIO().save_checkpoint(ckpt, path)
 
 
 def _check_split_sizes(cfg: DictConfig, dm: SelfcapsDataModule) -> None:

@@ -55,7 +55,7 @@ def validate_config(cfg: DictConfig) -> None:
     check(cfg, "data.val_fraction", lambda v: 0 < v < 1, "a fraction in (0, 1)")
     check(cfg, "data.num_workers", lambda v: v >= 0, "a number of workers >= 0")
     check(cfg, "data.train_subset", _optional_positive, "null or a number of images >= 1")
-    check(cfg, "trainer.epochs", lambda v: v >= 1, "a number of epochs >= 1")
+    check(cfg, "trainer.epochs", lambda v: v >= 0, "a number of epochs >= 0 (0: no training)")
     check(cfg, "trainer.max_steps", lambda v: v == -1 or v >= 1, "-1 (no limit) or >= 1")
     check(cfg, "trainer.max_time", _optional_positive, "null or minutes > 0")
     check(cfg, "trainer.devices", lambda v: v == "auto" or v >= 1, "a number of devices >= 1")
