@@ -97,7 +97,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, run_dir):
     assert main(["run", "coca", "--out", str(out), "--resume", "--epochs", "2"]) == 0
     a = json.loads((run_dir / "metrics.json").read_text())
     b = json.loads((out / "metrics.json").read_text())
-    keys = ("knn_top1_backbone", "knn_top1_capsule", "last_val_knn_top1", "best_epoch", "steps")
+    keys = ("knn_top1_backbone", "knn_top1_capsule", "best_val_knn_top1", "best_epoch", "steps")
     for key in keys:
         assert a[key] == b[key], key
     wa, wb = load_file(run_dir / "model.safetensors"), load_file(out / "model.safetensors")

@@ -205,6 +205,10 @@ def em_routing(
         inverse_temperature: Schedule of :math:`\lambda` (see above).
         eps: Variance floor and denominator epsilon.
 
+    The variances square the votes, so in float32 the votes must stay below
+    about 1e18 in magnitude (EM routing is not scale-invariant, so they cannot be
+    rescaled internally); votes that large mean training has already diverged.
+
     Returns:
         ``(mu, a_out, R)``: parent poses ``(B, M, D)``, activations ``(B, M)``
         and the final assignment probabilities ``(B, N, M)``.

@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteError as e:
         print(f"selfcaps: error: {e}", file=sys.stderr)
         return 3
-    except (ConfigError, CheckpointError, FileNotFoundError, PermissionError) as e:
+    except (ConfigError, CheckpointError, OSError) as e:  # missing data, unwritable output, ...
         print(f"selfcaps: error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # unknown names and invalid values from the library

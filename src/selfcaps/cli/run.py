@@ -139,6 +139,10 @@ def _overrides_from_args(
 
 
 def _default_out(cfg: DictConfig) -> Path:
+    # Processes that Lightning's DDP launcher starts re-run this command: they must use
+    # the directory rank 0 chose, not a new timestamp.
+    if os.environ.get("SELFCAPS_OUT") and os.environ.get("LOCAL_RANK", "0") != "0":
+        return Path(os.environ["SELFCAPS_OUT"])
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return (
         Path("runs") / cfg.method / str(cfg.data.name).replace(":", "_").replace("/", "_") / stamp
@@ -171,6 +175,11 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     validate_config(cfg)
     method.validate_config(cfg)
     out = args.out or _default_out(cfg)
+    torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SELFCAPS_OUT")
+    if args.out is None and torchrun:
+        raise ConfigError(
+            "under torchrun every process must write the same run directory: pass --out DIR"
+        )
     if (out / "checkpoints" / "last.ckpt").exists():
         raise ConfigError(
             f"{out} already holds a run; use --resume to continue it or another --out"
@@ -217,6 +226,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     if cfg.trainer.threads:
         torch.set_num_threads(int(cfg.trainer.threads))
     check_writable(out)
+    os.environ["SELFCAPS_OUT"] = str(out)  # inherited by DDP processes started by Lightning
     import lightning as L
 
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -273,9 +283,9 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         "device": str(method.device),
         "world_size": int(world),
     }
-    val = trainer.callback_metrics.get(metric)
-    if val is not None:
-        metrics[f"last_{metric}"] = float(val)
+    for cb in trainer.checkpoint_callbacks:  # restored from last.ckpt when resuming
+        if getattr(cb, "monitor", None) == metric and cb.best_model_score is not None:
+            metrics[f"best_{metric}"] = float(cb.best_model_score)
     method.eval()
     if evaluate:
         metrics.update(method.evaluate(dm))

@@ -11,6 +11,7 @@ its final evaluation (:meth:`evaluate`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from selfcaps.data import dataset_info
+from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
 from selfcaps.methods.figures import Figure, ImageGrid
 
@@ -54,6 +55,19 @@ def _gather_uneven(module: L.LightningModule, t: Tensor) -> Tensor:
     return torch.cat([gathered[r, :s] for r, s in enumerate(sizes)])
 
 
+def _dataset_info(data: Any) -> DatasetInfo:
+    """The dataset's static facts, with the configured size for image folders."""
+    info = dataset_info(data.name, root=data.root)
+    if info.image_size is None:
+        if not data.get("image_size"):
+            raise ValueError(
+                f"data.image_size: {data.name} holds images of any size; set the size to "
+                "load them at, e.g. data.image_size=64"
+            )
+        info = dataclasses.replace(info, image_size=(int(data.image_size),) * 2)
+    return info
+
+
 class CapsuleMethod(L.LightningModule):
     """Base class of the methods (see the module docstring).
 
@@ -74,7 +88,7 @@ class CapsuleMethod(L.LightningModule):
         plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
         self.save_hyperparameters({"cfg": plain})
         self.cfg = OmegaConf.create(plain)
-        self.info = dataset_info(self.cfg.data.name)
+        self.info = _dataset_info(self.cfg.data)
         self.net = self.build_network()
         if self.cfg.trainer.compile:
             self.net = torch.compile(self.net)  # type: ignore[assignment]

@@ -201,12 +201,14 @@ class SelfcapsDataModule(L.LightningDataModule):
         """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
         if name not in self._splits:
             d = self.cfg.data
+            extra = {"image_size": int(d.image_size)} if d.get("image_size") else {}
             ds = get_dataset(
                 d.name,
                 root=d.root,
                 split=name,
                 val_fraction=d.val_fraction,
                 root_source=self.root_source,
+                **extra,
             )
             if name == "train":
                 ds = _subset(ds, d.train_subset, self.cfg.seed)

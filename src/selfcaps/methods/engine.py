@@ -86,6 +86,24 @@ class RunCSVLogger(CSVLogger):
         return self._experiment
 
 
+class LastCheckpoint(Callback):
+    """Write ``last.ckpt`` at the end of every training epoch (after that epoch's validation).
+
+    It holds everything a resume needs: weights, optimiser and scheduler, loop
+    progress, callback state (including ``best.ckpt``'s score) and method state.
+
+    Args:
+        path: The checkpoint file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Save, atomically (through the trainer's checkpoint IO)."""
+        trainer.save_checkpoint(self.path, weights_only=False)
+
+
 def build_trainer(
     cfg: Any,
     run_dir: Path,
@@ -110,15 +128,7 @@ def build_trainer(
     t = cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
     every = int(cfg.monitor.knn_every_n_epochs)
-    cbs: list[Callback] = [
-        ModelCheckpoint(
-            dirpath=ckpt_dir,
-            save_top_k=0,
-            save_last=True,
-            every_n_epochs=1,
-            save_on_train_epoch_end=True,
-        )
-    ]
+    cbs: list[Callback] = [LastCheckpoint(ckpt_dir / "last.ckpt")]
     if monitor is not None and every > 0:
         cbs.append(
             ModelCheckpoint(
