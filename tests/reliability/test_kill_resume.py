@@ -1,4 +1,4 @@
-"""A real SIGKILL in the middle of training, then --resume: the result equals an uninterrupted run."""
+"""A real SIGKILL mid-training, then --resume: the result equals an uninterrupted run."""
 
 import json
 import signal
