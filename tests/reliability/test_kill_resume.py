@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from selfcaps.methods.io import load_checkpoint
 from tests.reliability.conftest import TINY, run_cli, selfcaps_cmd, subprocess_env
 
 ARGS = ["run", "coca", "--epochs", "3", *TINY, "data.train_subset=512"]
@@ -37,6 +38,8 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert not (killed / "metrics.json").exists()
+    at_kill = load_checkpoint(last)["global_step"]
+    assert 0 < at_kill < 3 * 16, "the kill must land during training"
     assert not list(killed.rglob("*.tmp")), "a half-written temporary file was left behind"
 
     resumed = run_cli("run", "coca", "--out", str(killed), "--resume")
