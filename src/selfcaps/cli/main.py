@@ -45,6 +45,7 @@ def _quiet_third_party() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level argument parser with every subcommand."""
+    from selfcaps.cli.bench import add_bench_arguments, cmd_bench
     from selfcaps.cli.evaluate import (
         add_eval_arguments,
         add_profile_arguments,
@@ -79,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="parameters and FLOPs of a method's network")
     add_profile_arguments(p)
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("bench", help="all methods on their datasets, same budget, one report")
+    add_bench_arguments(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

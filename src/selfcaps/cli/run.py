@@ -278,6 +278,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         "best_epoch": best_epoch,
         "nonfinite_skipped": int(method.nonfinite_skipped),
         "params": int(sum(p.numel() for p in method.network.parameters())),
+        "flops_per_image": _flops_per_image(method),
         "selfcaps_version": __version__,
         "torch_version": torch.__version__,
         "device": str(method.device),
@@ -298,6 +299,18 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     _write_figures(method, dm, out)
     _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
     return 0
+
+
+def _flops_per_image(method: CapsuleMethod) -> int:
+    """Forward FLOPs of the network on one image (matrix products and convolutions)."""
+    from selfcaps.eval import profile_model
+
+    was = method.network.training
+    try:
+        shape = (1, method.info.channels, *method.info.image_size)
+        return int(profile_model(method.network.eval(), shape)["flops_per_image"])
+    finally:
+        method.network.train(was)
 
 
 def _save_initial_checkpoint(method: CapsuleMethod, path: Path) -> None:

@@ -82,6 +82,19 @@ class CapsuleMethod(L.LightningModule):
     monitor_metric: ClassVar[tuple[str, str]] = ("val_knn_top1", "max")
     #: Method-specific flags of ``selfcaps run`` (``--variant`` ...).
     cli_flags: ClassVar[dict[str, CliFlag]] = {}
+    #: What ``selfcaps bench`` reports for this method: the protocol's name and the
+    #: metrics.json keys of top-1, top-5 and the pixel / random-init baselines (None: n/a).
+    bench_protocol: ClassVar[str] = "kNN"
+    bench_keys: ClassVar[dict[str, str | None]] = {
+        "top1": "knn_top1_backbone",
+        "top5": "knn_top5_backbone",
+        "pixels": "knn_top1_pixels",
+        "random_init": "knn_top1_random_init",
+    }
+    #: Datasets ``selfcaps bench`` runs this method on (of those requested).
+    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
+    #: The paper's headline top-1 per dataset, for the bench report.
+    paper_results: ClassVar[dict[str, float]] = {}
 
     def __init__(self, cfg: dict | DictConfig) -> None:
         super().__init__()

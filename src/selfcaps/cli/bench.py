@@ -1,0 +1,345 @@
+"""``selfcaps bench``: every method on every dataset it supports, same budget, one report.
+
+Each (method, dataset) pair runs as its own ``selfcaps run`` process with the
+method's ``quick`` preset (``quick_<dataset>`` when the method ships one; on a
+GPU the ``paper`` presets with ``--paper``), capped at ``--budget`` minutes of
+training, in ``DIR/runs/<method>/<dataset>``. Finished pairs (a ``metrics.json``
+exists) are not rerun; interrupted ones are resumed from their ``last.ckpt``.
+Then ``DIR/report.md``, ``DIR/report.html`` (self-contained) and
+``DIR/results.csv`` are written from the run directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from selfcaps import __version__
+from selfcaps.cli.config import ConfigError, list_presets
+from selfcaps.methods import get_method, list_methods
+from selfcaps.methods.io import atomic_write_text
+
+__all__ = ["BenchRow", "add_bench_arguments", "cmd_bench", "collect_rows", "render_report"]
+
+DEFAULT_DATASETS = ("mnist5k", "mnist", "cifar10")
+COLUMNS = [
+    "dataset", "method", "protocol", "top1", "top5", "paper_top1", "pixels_top1",
+    "random_init_top1", "params", "flops_per_image", "train_images_per_s", "wall_time_min",
+    "status", "run_dir", "command",
+]  # fmt: skip
+
+
+@dataclass
+class BenchRow:
+    """One (method, dataset) pair of the report."""
+
+    dataset: str
+    method: str
+    run_dir: Path
+    command: list[str]
+    status: str = "not run"
+    metrics: dict[str, Any] = field(default_factory=dict)
+    wall_time_s: float | None = None
+
+    def values(self) -> dict[str, Any]:
+        """The report's columns for this row (None where a value does not apply)."""
+        cls = get_method(self.method)
+        m = self.metrics
+
+        def key(name: str) -> Any:
+            k = cls.bench_keys.get(name)
+            return m.get(k) if k else None
+
+        wall = self.wall_time_s if self.wall_time_s is not None else m.get("bench_wall_time_s")
+        return {
+            "dataset": self.dataset,
+            "method": self.method,
+            "protocol": cls.bench_protocol,
+            "top1": key("top1"),
+            "top5": key("top5"),
+            "paper_top1": cls.paper_results.get(self.dataset),
+            "pixels_top1": key("pixels"),
+            "random_init_top1": key("random_init"),
+            "params": m.get("params"),
+            "flops_per_image": m.get("flops_per_image"),
+            "train_images_per_s": m.get("train_images_per_s"),
+            "wall_time_min": round(wall / 60, 1) if wall is not None else None,
+            "status": self.status,
+            "run_dir": str(self.run_dir),
+            "command": " ".join(self.command),
+        }
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``selfcaps bench``."""
+    p.add_argument("--methods", nargs="+", default=None, help="default: all")
+    p.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=10.0,
+        metavar="MIN",
+        help="training minutes per (method, dataset) pair",
+    )
+    p.add_argument("--out", type=Path, default=Path("bench"))
+    p.add_argument("--data-root", help="dataset root for every run")
+    p.add_argument("--paper", action="store_true", help="use the paper presets (meant for GPUs)")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="key=value",
+        help="overrides applied to every run (e.g. data.train_subset=512)",
+    )
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report")
+
+
+def _preset(method: str, dataset: str, paper: bool) -> str:
+    presets = list_presets(method).get(method, [])
+    if paper:
+        return "paper"
+    return f"quick_{dataset}" if f"quick_{dataset}" in presets else "quick"
+
+
+def plan(args: argparse.Namespace) -> list[BenchRow]:
+    """The (method, dataset) pairs to run, with their run directories and commands."""
+    methods = args.methods or list_methods()
+    for m in methods:
+        get_method(m)  # unknown names fail here, with the valid ones listed
+    rows = []
+    for dataset in args.datasets:
+        for m in methods:
+            if dataset not in get_method(m).bench_datasets:
+                continue
+            run_dir = args.out / "runs" / m / dataset.replace(":", "_").replace("/", "_")
+            cmd = [
+                "selfcaps",
+                "run",
+                m,
+                "--preset",
+                _preset(m, dataset, args.paper),
+                "--data",
+                dataset,
+                "--max-time",
+                f"{args.budget:g}",
+                "--out",
+                str(run_dir),
+                "--no-progress",
+            ]
+            if args.data_root:
+                cmd += ["--data-root", args.data_root]
+            rows.append(BenchRow(dataset, m, run_dir, cmd + list(args.set)))
+    if not rows:
+        raise ConfigError(f"no method supports the datasets {args.datasets}")
+    return rows
+
+
+def _execute(row: BenchRow) -> None:
+    if (row.run_dir / "metrics.json").is_file():
+        row.status = "done (earlier)"
+        return
+    cmd = list(row.command)
+    if (row.run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: the saved config rules
+        budget = row.command[row.command.index("--max-time") + 1]
+        cmd = [
+            "selfcaps",
+            "run",
+            row.method,
+            "--out",
+            str(row.run_dir),
+            "--resume",
+            "--max-time",
+            budget,
+            "--no-progress",
+        ]
+    print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfcaps", *cmd[1:]], capture_output=True, text=True
+    )
+    row.wall_time_s = time.perf_counter() - t0
+    row.status = "done" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
+    row.run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(row.run_dir / "bench.log", proc.stdout + proc.stderr)
+    if proc.returncode == 0:
+        metrics_path = row.run_dir / "metrics.json"
+        metrics = json.loads(metrics_path.read_text())
+        metrics["bench_wall_time_s"] = round(row.wall_time_s, 1)
+        atomic_write_text(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    else:
+        print(f"[bench]   {row.status}; see {row.run_dir / 'bench.log'}", flush=True)
+
+
+def collect_rows(rows: list[BenchRow]) -> list[BenchRow]:
+    """Read each row's metrics from its run directory."""
+    for row in rows:
+        path = row.run_dir / "metrics.json"
+        if path.is_file():
+            row.metrics = json.loads(path.read_text())
+            if row.status == "not run":
+                row.status = "done (earlier)"
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    if isinstance(v, int) and v >= 10_000:
+        return f"{v / 1e6:.2f} M"
+    return str(v)
+
+
+def _environment() -> dict[str, str]:
+    try:
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=Path(__file__).parent,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except OSError:
+        commit = "unknown"
+    device = (
+        torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else f"CPU ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads)"
+    )
+    return {
+        "selfcaps": __version__,
+        "git commit": commit,
+        "torch": torch.__version__,
+        "device": device,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+_HEAD = [
+    "method",
+    "protocol",
+    "top-1",
+    "top-5",
+    "paper top-1",
+    "pixels",
+    "random init",
+    "params",
+    "FLOPs/img",
+    "train img/s",
+    "wall (min)",
+    "status",
+]
+_KEYS = [
+    "method",
+    "protocol",
+    "top1",
+    "top5",
+    "paper_top1",
+    "pixels_top1",
+    "random_init_top1",
+    "params",
+    "flops_per_image",
+    "train_images_per_s",
+    "wall_time_min",
+    "status",
+]
+
+
+def render_report(rows: list[BenchRow], out: Path, budget: float) -> None:
+    """Write ``report.md``, ``report.html`` and ``results.csv`` under ``out``."""
+    env = _environment()
+    datasets = list(dict.fromkeys(r.dataset for r in rows))
+    md = [f"# selfcaps bench ({budget:g} training minutes per pair)", ""]
+    md += [" · ".join(f"**{k}** {v}" for k, v in env.items()), ""]
+    body = [
+        f"<h1>selfcaps bench ({budget:g} training minutes per pair)</h1>",
+        "<p>"
+        + " · ".join(f"<b>{html.escape(k)}</b> {html.escape(v)}" for k, v in env.items())
+        + "</p>",
+    ]
+    for ds in datasets:
+        ds_rows = [r for r in rows if r.dataset == ds]
+        md += [f"## {ds}", "", "| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
+        body += [
+            f"<h2>{html.escape(ds)}</h2>",
+            "<table><tr>" + "".join(f"<th>{h}</th>" for h in _HEAD) + "</tr>",
+        ]
+        for r in ds_rows:
+            vals = r.values()
+            cells = [_fmt(vals[k]) for k in _KEYS]
+            md.append("| " + " | ".join(cells) + " |")
+            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        body.append("</table>")
+        md += ["", "Reproduce:", "", "```bash"] + [" ".join(r.command) for r in ds_rows] + ["```"]
+        body.append(
+            "<pre>" + html.escape("\n".join(" ".join(r.command) for r in ds_rows)) + "</pre>"
+        )
+        for r in ds_rows:
+            figs = sorted((r.run_dir / "figures").glob("*.png")) if r.run_dir.is_dir() else []
+            if not figs:
+                continue
+            md += ["", f"### {r.method} on {ds}", ""]
+            body.append(f"<h3>{html.escape(r.method)} on {html.escape(ds)}</h3>")
+            for f in figs:
+                rel = Path(os.path.relpath(f.resolve(), out.resolve())).as_posix()
+                md.append(f"![{r.method} {f.stem}]({rel})")
+                data = base64.b64encode(f.read_bytes()).decode()
+                body.append(
+                    f'<figure><img src="data:image/png;base64,{data}" '
+                    f'style="max-width:100%"><figcaption>{html.escape(f.stem)}'
+                    "</figcaption></figure>"
+                )
+        md.append("")
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:1400px}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}pre{background:#f6f6f6;padding:8px;overflow-x:auto}"
+    )
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>selfcaps bench</title>"
+        f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>"
+    )
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(r.values())
+    atomic_write_text(out / "report.md", "\n".join(md))
+    atomic_write_text(out / "report.html", page)
+    atomic_write_text(out / "results.csv", buf.getvalue())
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``selfcaps bench``."""
+    rows = plan(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        for row in rows:
+            _execute(row)
+    collect_rows(rows)
+    render_report(rows, args.out, args.budget)
+    failed = [r for r in rows if r.status.startswith("failed")]
+    print(
+        f"[bench] report: {args.out / 'report.md'} ({len(rows) - len(failed)} of {len(rows)} "
+        "pairs with results)"
+    )
+    return 1 if failed else 0

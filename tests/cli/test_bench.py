@@ -1,0 +1,85 @@
+"""`selfcaps bench`: one report from tiny runs; every run appears with its numbers; resumable."""
+
+import csv
+import json
+
+import pytest
+
+from selfcaps.cli import main
+from selfcaps.cli.bench import BenchRow, collect_rows, render_report
+
+TINY = [
+    "data.batch_size=32",
+    "trainer.epochs=1",
+    "trainer.threads=1",
+    "data.train_subset=128",
+    "data.eval_batch_size=256",
+    "monitor.knn_k=10",
+    "eval.knn_k=10",
+    "eval.baselines=false",
+]
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    argv = [
+        "bench",
+        "--methods",
+        "coca",
+        "--datasets",
+        "mnist5k",
+        "--budget",
+        "1",
+        "--out",
+        str(out),
+        "--set",
+        *TINY,
+    ]
+    assert main(argv) == 0
+    return out, argv
+
+
+def test_bench_runs_each_pair_and_writes_the_report(bench_dir):
+    out, _ = bench_dir
+    m = json.loads((out / "runs/coca/mnist5k/metrics.json").read_text())
+    rows = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
+    assert len(rows) == 1 and rows[0]["method"] == "coca" and rows[0]["dataset"] == "mnist5k"
+    assert float(rows[0]["top1"]) == m["knn_top1_backbone"]
+    assert int(rows[0]["flops_per_image"]) == m["flops_per_image"] > 0
+    assert "--max-time 1" in rows[0]["command"]
+
+
+def test_finished_pairs_are_not_rerun(bench_dir):
+    out, argv = bench_dir
+    before = (out / "runs/coca/mnist5k/metrics.json").read_text()
+    assert main(argv) == 0
+    assert (out / "runs/coca/mnist5k/metrics.json").read_text() == before
+
+
+def test_report_from_two_runs_shows_every_run_with_its_numbers(bench_dir, tmp_path):
+    out, _ = bench_dir
+    second = tmp_path / "second"
+    assert main(["run", "coca", "--out", str(second), "--seed", "1", *TINY, "--no-progress"]) == 0
+    rows = collect_rows(
+        [
+            BenchRow("mnist5k", "coca", out / "runs/coca/mnist5k", ["selfcaps", "run", "coca"]),
+            BenchRow("mnist5k-seed1", "coca", second, ["selfcaps", "run", "coca", "--seed", "1"]),
+        ]
+    )
+    render_report(rows, tmp_path, budget=1)
+    md = (tmp_path / "report.md").read_text()
+    page = (tmp_path / "report.html").read_text()
+    table = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
+    assert len(table) == 2
+    for row, record in zip(rows, table):
+        m = row.metrics
+        for key in ("knn_top1_backbone", "knn_top5_backbone"):
+            assert f"{m[key]:.2f}" in md and f"{m[key]:.2f}" in page
+        assert float(record["top1"]) == m["knn_top1_backbone"]
+        assert " ".join(row.command) in md
+    assert "## mnist5k" in md and "## mnist5k-seed1" in md
+    assert md.count("![coca") >= 4  # curves and retrieval grid of each run
+    assert page.count("data:image/png;base64,") >= 4
+    for key in ("selfcaps", "git commit", "torch", "device"):
+        assert key in md
