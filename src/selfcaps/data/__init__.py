@@ -19,6 +19,7 @@ from selfcaps.data.affine import (
     sample_affnist_params,
 )
 from selfcaps.data.affnist import AffNIST, AffNISTLikeDataset
+from selfcaps.data.batch_transforms import BatchSimCLRTransform
 from selfcaps.data.cifar import CIFAR10, CIFAR100
 from selfcaps.data.dataset import DatasetSubset, FileDataset, ImageDataset
 from selfcaps.data.errors import (
@@ -62,6 +63,7 @@ __all__ = [
     "AffNISTLike",
     "AffNISTLikeDataset",
     "AffineParams",
+    "BatchSimCLRTransform",
     "CorruptDatasetError",
     "DatasetInfo",
     "DatasetNotFoundError",
