@@ -469,6 +469,8 @@ class BatchSimCLRTransform(SimCLRTransform):
     """
 
     chunk_size: int = 256
+    #: Tells the training engine to apply this transform to whole batches (on the device).
+    is_batch_transform: bool = True
 
     @cached_property
     def recipe(self) -> SimCLRRecipe:

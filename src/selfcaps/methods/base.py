@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
+from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError"]
@@ -106,6 +107,7 @@ class CapsuleMethod(L.LightningModule):
         if self.cfg.trainer.compile:
             self.net = torch.compile(self.net)  # type: ignore[assignment]
         self.nonfinite_skipped = 0
+        self._train_batches_seen = 0
         self._val_store: dict[int, list[tuple[Tensor, Tensor]]] = {0: [], 1: []}
 
     # ----------------------------------------------------------------- to implement
@@ -203,16 +205,38 @@ class CapsuleMethod(L.LightningModule):
         self.nonfinite_skipped += 1
         self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
 
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Apply a batch training transform (e.g. ``BatchSimCLRTransform``) on the batch's device.
+
+        Its randomness comes from a generator seeded by (seed, epoch, batch, rank), so
+        a resumed run sees exactly the views the uninterrupted run saw.
+        """
+        tf = self._batch_transform
+        if tf is None or self.trainer is None or not self.trainer.training:
+            return batch
+        x, y = batch
+        g = torch.Generator().manual_seed(
+            mix_seed(self.cfg.seed, self.current_epoch, self._train_batches_seen, self.global_rank)
+        )
+        self._train_batches_seen += 1
+        return tf(x, g), y
+
+    @property
+    def _batch_transform(self) -> Callable[..., Any] | None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is None or not getattr(dm, "batched_train_transform", False):
+            return None
+        return dm.train_transform
+
     def on_train_epoch_start(self) -> None:
         """Reseed the global RNG from (seed, epoch, rank).
 
         An epoch's randomness then never depends on what ran before, so resuming
         from a checkpoint reproduces the uninterrupted run.
         """
-        from selfcaps.methods.datamodule import mix_seed
-
         seed = mix_seed(self.cfg.seed, self.current_epoch, self.global_rank, 0x7AA1)
         torch.manual_seed(seed)
+        self._train_batches_seen = 0
 
     def configure_optimizers(self) -> Any:
         """Optimiser and schedule from the ``optim`` section."""

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from selfcaps.data import EvalTransform, SimCLRTransform
+from selfcaps.data import BatchSimCLRTransform, EvalTransform, SimCLRTransform
 from selfcaps.losses import NTXentLoss
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import mix_seed
@@ -76,7 +76,8 @@ class CoCa(CapsuleMethod):
     def build_transforms(self) -> tuple[Any, Any]:
         """Two SimCLR views for training; normalisation only for evaluation."""
         a = self.cfg.augment
-        train = SimCLRTransform(
+        make = BatchSimCLRTransform if a.batched else SimCLRTransform
+        train = make(
             input_size=self.info.image_size[0],
             min_scale=a.min_scale,
             blur_prob=a.blur_prob,

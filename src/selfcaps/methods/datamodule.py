@@ -233,9 +233,17 @@ class SelfcapsDataModule(L.LightningDataModule):
             drop_last=False,
         )
 
+    @property
+    def batched_train_transform(self) -> bool:
+        """True when the training transform works on whole batches (applied by the module)."""
+        return bool(getattr(self.train_transform, "is_batch_transform", False))
+
     def train_dataloader(self) -> DataLoader:
-        """Two-view (or single-view) training batches."""
-        ds = SeededTransformDataset(self.split("train"), self.train_transform, self.cfg.seed)
+        """Training batches: transformed per sample, or raw uint8 for a batch transform."""
+        if self.batched_train_transform:
+            ds: Dataset = TransformDataset(self.split("train"), None)
+        else:
+            ds = SeededTransformDataset(self.split("train"), self.train_transform, self.cfg.seed)
         return self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
 
     def eval_loader(self, split: str, bank_size: int | None = None) -> DataLoader:
