@@ -8,20 +8,10 @@ from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
+from tests.runs import TINY as RUN_TINY
 
-TINY = [
-    "--no-progress",
-    "--batch-size",
-    "32",
-    "--deterministic",
-    "--threads",
-    "1",
-    "data.train_subset=128",
-    "data.eval_batch_size=256",
-    "monitor.knn_every_n_epochs=1",
-    "monitor.knn_k=10",
-    "eval.knn_k=10",
-]
+# The shared tiny run, with the baselines on and 128 training images.
+TINY = [a for a in RUN_TINY if a != "eval.baselines=false"] + ["data.train_subset=128"]
 
 
 @pytest.fixture(scope="module")

@@ -1,50 +1,6 @@
-"""Helpers for the reliability tests: tiny CoCa runs in-process or as real subprocesses."""
-
-from __future__ import annotations
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""Every reliability test starts without a run directory inherited from a DDP launcher."""
 
 import pytest
-
-SRC = Path(__file__).resolve().parents[2] / "src"
-
-#: A CoCa run of a few seconds: 256 mnist5k images, batch 32, deterministic.
-TINY = [
-    "--no-progress",
-    "--batch-size",
-    "32",
-    "--deterministic",
-    "--threads",
-    "1",
-    "data.train_subset=256",
-    "data.eval_batch_size=256",
-    "monitor.knn_every_n_epochs=1",
-    "monitor.knn_k=10",
-    "eval.knn_k=10",
-    "eval.baselines=false",
-]
-
-
-def selfcaps_cmd(*args: str) -> list[str]:
-    """The command line of ``python -m selfcaps ARGS`` for this checkout."""
-    return [sys.executable, "-m", "selfcaps", *args]
-
-
-def subprocess_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("SELFCAPS_OUT", None)
-    return env
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``selfcaps ARGS`` in a subprocess and return the completed process."""
-    return subprocess.run(
-        selfcaps_cmd(*args), env=subprocess_env(), capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(autouse=True)

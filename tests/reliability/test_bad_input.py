@@ -9,7 +9,7 @@ from PIL import Image
 
 from selfcaps.cli import main
 from selfcaps.methods.io import CheckpointError, atomic_write_bytes, load_checkpoint
-from tests.reliability.conftest import TINY
+from tests.runs import TINY
 
 
 def _error(capsys) -> str:

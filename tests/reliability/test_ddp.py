@@ -11,7 +11,7 @@ from selfcaps.cli.config import load_yaml
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
-from tests.reliability.conftest import TINY, run_cli
+from tests.runs import TINY, run_cli
 
 
 @pytest.mark.slow

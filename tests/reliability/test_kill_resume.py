@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from selfcaps.methods.io import load_checkpoint
-from tests.reliability.conftest import TINY, run_cli, selfcaps_cmd, subprocess_env
+from tests.runs import TINY, run_cli, selfcaps_cmd, subprocess_env
 
 ARGS = ["run", "coca", "--epochs", "3", *TINY, "data.train_subset=512"]
 

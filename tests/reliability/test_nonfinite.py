@@ -8,7 +8,7 @@ import torch
 from selfcaps.cli import main
 from selfcaps.methods.coca import CoCa
 from selfcaps.methods.io import load_checkpoint
-from tests.reliability.conftest import TINY
+from tests.runs import TINY
 
 
 def _poison_loss_at(monkeypatch, step: int) -> None:
