@@ -1,0 +1,510 @@
+"""How SparseCaps learns: reconstruction through a routing-ranked sparse mask, with boosting.
+
+Training (paper section 2, reference ``experiment.py``): MNIST digits placed in
+a 40x40 canvas with random integer shifts of up to +/-6 pixels go through the
+capsule autoencoder of :mod:`selfcaps.models.sparsecaps`; the loss is the sum
+of squared pixel errors per image, averaged over the batch; Adam, lr 1e-3
+decayed by 0.96 every 2,000 steps, batch 128, 30,000 steps. After every
+training batch of the ``sparse`` variant, the winner frequencies update the
+lifetime-boosting state (Algorithm 1), which lives in buffers of the network
+and is therefore checkpointed and resumed with it.
+
+Variants (``--variant``): ``sparse`` (the method), ``dense`` (no mask: every
+capsule reaches the decoder) and ``supervised`` (SUPCAPS, Sabour et al.'s
+CapsNet: 10 digit capsules, margin loss m+ 0.9, m- 0.1, lambda 0.5, plus the
+reconstruction of the label-masked capsule weighted by 0.0005).
+
+Model selection: ``best.ckpt`` has the lowest ``val_loss`` on the validation
+split carved from the training set (the training objective on validation
+images with the model in eval mode: the reconstruction loss for ``sparse`` and
+``dense``, margin + weighted reconstruction with label masks for
+``supervised``). The online kNN on the unmasked capsules (``val_knn_top1``) is
+logged as a progress signal only.
+
+Evaluation (paper section 3.1): an RBF SVM (``eval.svm_c`` 100, ``eval.svm_gamma``
+0.1) on the latent capsules, encoded with the model in eval mode:
+
+* ``svm_mnist``: fit on MNIST training codes, test on the MNIST test split;
+* ``svm_affnist_a`` (protocol a): fit on affNIST codes, test on a disjoint set of
+  affNIST images;
+* ``svm_affnist_b`` (protocol b): fit on MNIST training codes, test on the same
+  affNIST test images as (a).
+
+Two feature kinds: ``unmasked`` (the 256-D capsules, what the reference code's
+classifier uses) and ``masked`` (eq. 4's ``v' = m v``; for ``dense`` the mask of
+eq. 3 is applied after the fact, for ``supervised`` the longest capsule is
+kept). Keys ``svm_<protocol>_<kind>`` hold both; ``svm_<protocol>`` the kind
+``eval.feature``. affNIST is the official test split under ``<root>/affNIST``
+when present, else ``affnist_like`` (MNIST test digits distorted with
+affNIST's published ranges); ``affnist_source`` says which. ``eval.svm_max_train``
+caps the SVM training sets (a seeded random subset is encoded), for CPU time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import DictConfig
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from selfcaps.caps import caps_length
+from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
+from selfcaps.data.affine import place_in_canvas
+from selfcaps.eval import svm_probe
+from selfcaps.losses import MarginLoss
+from selfcaps.methods.base import CapsuleMethod, CliFlag
+from selfcaps.methods.datamodule import TransformDataset, mix_seed
+from selfcaps.methods.evaluation import collect_features
+from selfcaps.methods.figures import BarPlot, Figure, ImageGrid, LinePlot
+from selfcaps.models import create_model
+from selfcaps.models.sparsecaps import SUPPORTS, VARIANTS, SparseCapsNet, winner_frequency
+
+__all__ = ["CanvasTransform", "SparseCaps", "reconstruction_loss"]
+
+FEATURE_KINDS = ("unmasked", "masked")
+AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
+PROTOCOLS = ("mnist", "affnist_a", "affnist_b")
+
+
+def reconstruction_loss(recon: Tensor, target: Tensor) -> Tensor:
+    """Sum of squared pixel errors per image, averaged over the batch (the paper's loss).
+
+    Examples:
+        >>> reconstruction_loss(torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
+        tensor(4.)
+    """
+    return (recon - target).pow(2).flatten(1).sum(1).mean()
+
+
+class CanvasTransform:
+    """uint8 ``(C, H, W)`` -> float in ``[0, 1]``, placed in a square canvas.
+
+    With ``max_shift > 0`` the image is shifted by random integers in
+    ``[-max_shift, max_shift]`` (training; torch's global RNG, which the data
+    module seeds per sample), else centred (evaluation; a 40x40 affNIST image in
+    a 40x40 canvas is unchanged).
+
+    Args:
+        canvas: Canvas side, or ``None`` to keep the image size.
+        max_shift: Largest shift in pixels.
+
+    Examples:
+        >>> CanvasTransform(40)(torch.full((1, 28, 28), 255, dtype=torch.uint8)).sum().item()
+        784.0
+    """
+
+    def __init__(self, canvas: int | None, max_shift: int = 0) -> None:
+        self.canvas, self.max_shift = canvas, max_shift
+
+    def __call__(self, img: Tensor) -> Tensor:
+        """The transformed image."""
+        if self.canvas:
+            if self.max_shift:
+                img = pad_to_canvas(img, self.canvas, self.max_shift)
+            else:
+                img = place_in_canvas(img, self.canvas, 0, 0)
+        return img.float().div_(255.0) if img.dtype == torch.uint8 else img.float()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(canvas={self.canvas}, max_shift={self.max_shift})"
+
+
+def _length_accuracy(lengths: Tensor, labels: Tensor) -> float:
+    """Accuracy (percent) of CapsNet's prediction, the longest digit capsule."""
+    return 100.0 * float((lengths.argmax(1) == labels).float().mean())
+
+
+def _check(ok: bool, key: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"{key}: expected {expected}, got {value!r}")
+
+
+class SparseCaps(CapsuleMethod):
+    """Sparse unsupervised capsules (see the module docstring).
+
+    Args:
+        cfg: Run configuration (``model``, ``loss``, ``augment`` and ``eval`` sections
+            as in ``configs/sparsecaps_*.yaml``).
+    """
+
+    name: ClassVar[str] = "sparsecaps"
+    monitor_feature: ClassVar[str] = "unmasked"
+    monitor_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
+    cli_flags: ClassVar[dict[str, CliFlag]] = {
+        "--variant": CliFlag(
+            "model.variant",
+            str,
+            "SparseCaps variant: sparse (the method), dense (no mask), supervised (CapsNet)",
+            VARIANTS,
+        )
+    }
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        loss = self.cfg.loss
+        self.margin = MarginLoss(loss.m_pos, loss.m_neg, loss.lambda_)
+        self._test_stats: tuple[Tensor, Tensor, Tensor] | None = None
+
+    # ------------------------------------------------------------------ network
+    @property
+    def image_size(self) -> int:
+        """Side of the network's input: the canvas, else the dataset's image size."""
+        canvas = self.cfg.augment.canvas
+        if canvas:
+            return int(canvas)
+        if self.info.image_size is None:
+            raise ValueError(f"augment.canvas: {self.cfg.data.name} needs a canvas size")
+        return int(self.info.image_size[0])
+
+    @property
+    def variant(self) -> str:
+        """``sparse``, ``dense`` or ``supervised``."""
+        return str(self.cfg.model.variant)
+
+    def build_network(self) -> nn.Module:
+        """SparseCaps' autoencoder for this dataset's channels and the canvas size."""
+        cfg = self.model_config()
+        return create_model(cfg["model"], **cfg["model_kwargs"])
+
+    def model_config(self) -> dict[str, Any]:
+        """Model name and kwargs, including channels, input size and number of classes."""
+        cfg = super().model_config()
+        cfg["model_kwargs"].update(
+            in_chans=self.info.channels,
+            image_size=self.image_size,
+            num_classes=self.info.num_classes,
+        )
+        return cfg
+
+    @property
+    def sparse_net(self) -> SparseCapsNet:
+        """The uncompiled network, typed."""
+        net = self.network
+        assert isinstance(net, SparseCapsNet)
+        return net
+
+    def build_transforms(self) -> tuple[CanvasTransform, CanvasTransform]:
+        """Random shifts inside the canvas for training; centred for evaluation."""
+        a = self.cfg.augment
+        canvas = int(a.canvas) if a.canvas else None
+        return CanvasTransform(canvas, int(a.max_shift)), CanvasTransform(canvas)
+
+    @classmethod
+    def validate_config(cls, cfg: DictConfig) -> None:
+        """Check the SparseCaps keys; errors name the key."""
+        m, e, a = cfg.model, cfg.eval, cfg.augment
+        _check(m.variant in VARIANTS, "model.variant", " | ".join(VARIANTS), m.variant)
+        _check(m.support in SUPPORTS, "model.support", " | ".join(SUPPORTS), m.support)
+        _check(m.mask_gamma > 0, "model.mask_gamma", "a steepness > 0", m.mask_gamma)
+        _check(0 <= m.mask_threshold < 1, "model.mask_threshold", "in [0, 1)", m.mask_threshold)
+        _check(0 <= m.boost_ema < 1, "model.boost_ema", "a decay in [0, 1)", m.boost_ema)
+        _check(m.boost_every >= 1, "model.boost_every", "a number of batches >= 1", m.boost_every)
+        _check(m.boost_step >= 0, "model.boost_step", "a boost step >= 0", m.boost_step)
+        _check(
+            0 <= m.boost_min_freq <= m.boost_max_freq <= 1,
+            "model.boost_min_freq/boost_max_freq",
+            "0 <= min <= max <= 1",
+            (m.boost_min_freq, m.boost_max_freq),
+        )
+        _check(e.feature in FEATURE_KINDS, "eval.feature", " | ".join(FEATURE_KINDS), e.feature)
+        _check(e.affnist in AFFNIST_CHOICES, "eval.affnist", " | ".join(AFFNIST_CHOICES), e.affnist)
+        _check(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
+        _check(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
+        _check(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
+        if e.affnist != "none":
+            _check(
+                a.canvas == 40,
+                "augment.canvas",
+                "40 (affNIST's size) unless eval.affnist=none",
+                a.canvas,
+            )
+
+    # ----------------------------------------------------------------- training
+    def _objective(self, batch: Any) -> tuple[Tensor, dict[str, Tensor], Any]:
+        x, y = batch
+        out = self.net(x, labels=y if self.variant == "supervised" else None)
+        recon = reconstruction_loss(out.recon, x)
+        logs: dict[str, Tensor] = {"recon": recon.detach()}
+        if self.variant == "supervised":
+            lengths = caps_length(out.capsules)
+            loss = self.margin(lengths, y) + self.cfg.loss.supervised_recon_weight * recon
+            logs["acc"] = (lengths.argmax(1) == y).float().mean()
+        else:
+            loss = recon
+        return loss, logs, out
+
+    def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Reconstruction (plus margin for ``supervised``); updates the boosting state.
+
+        Algorithm 1: the ranks of this training batch update the winner-frequency
+        EMA, and every ``model.boost_every`` batches the boost values (``sparse`` only).
+        """
+        loss, logs, out = self._objective(batch)
+        boosting = self.sparse_net.boosting
+        if self.variant == "sparse" and self.training:
+            freq = winner_frequency(out.ranks)
+            if self._trainer is not None and self.trainer.world_size > 1:
+                freq = self.trainer.strategy.reduce(freq, reduce_op="mean")
+            boosting.update(freq)
+        logs["boost_max"] = boosting.boost.max()
+        logs["winner_ema_max"] = boosting.freq_ema.max()
+        logs["mask_nonzero"] = (out.mask > 0).float().sum(1).mean()
+        return loss, logs
+
+    # --------------------------------------------------------------- validation
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Validation objective on the validation split; capsules for the online kNN."""
+        x, y = batch
+        if dataloader_idx == 0:  # the kNN bank
+            self._val_store[0].append((self.features(x)[self.monitor_feature].float(), y))
+            return
+        loss, logs, out = self._objective(batch)
+        self._val_store[1].append((out.capsules.flatten(1).float(), y))
+        kw = {"on_epoch": True, "batch_size": x.shape[0], "sync_dist": True}
+        self.log("val_loss", loss, prog_bar=True, add_dataloader_idx=False, **kw)
+        for k, v in logs.items():
+            self.log(f"val_{k}", v, add_dataloader_idx=False, **kw)
+
+    # ------------------------------------------------------------------ features
+    def _outputs(self, x: Tensor) -> dict[str, Tensor]:
+        """Features and routing statistics of a batch (model in eval mode)."""
+        net = self.sparse_net
+        v, psi = net.encode(x)
+        ranks = net.rank(psi)
+        mask = net.feature_mask(v, ranks)
+        return {
+            "unmasked": v.flatten(1),
+            "masked": (v * mask.unsqueeze(-1)).flatten(1),
+            "support": psi,
+            "ranks": ranks,
+            "mask": mask,
+            "lengths": caps_length(v),
+            "pixels": x.flatten(1),
+        }
+
+    def features(self, x: Tensor) -> dict[str, Tensor]:
+        """``unmasked`` (``L * D`` latent capsules) and ``masked`` (eq. 4) features."""
+        out = self._outputs(x)
+        return {k: out[k] for k in FEATURE_KINDS}
+
+    # ---------------------------------------------------------------- evaluation
+    def _encode(
+        self, ds: Dataset, kinds: list[str], indices: list[int] | None = None
+    ) -> tuple[dict[str, Tensor], Tensor]:
+        """Outputs ``kinds`` of :meth:`_outputs` over a dataset (or some of its items)."""
+        _, eval_tf = self.build_transforms()
+        part = Subset(ds, indices) if indices is not None else ds
+        d = self.cfg.data
+        loader = DataLoader(
+            TransformDataset(part, eval_tf),
+            batch_size=int(d.eval_batch_size),
+            shuffle=False,
+            num_workers=int(d.num_workers),
+        )
+        return collect_features(self, loader, self._outputs, kinds)
+
+    def _affnist(self, dm: Any) -> tuple[Dataset, str]:
+        """The affNIST test images: official files if present (``auto``), else generated."""
+        choice, root = str(self.cfg.eval.affnist), self.cfg.data.root
+        source = getattr(dm, "root_source", None)
+        if choice in ("auto", "affnist"):
+            try:
+                ds = get_dataset("affnist", root=root, split="test", root_source=source)
+                return ds, "affnist (official test split)"
+            except DatasetNotFoundError:
+                if choice == "affnist":
+                    raise
+                warnings.warn(
+                    "affNIST files not found; evaluating on affnist_like (MNIST test digits "
+                    "distorted with affNIST's published ranges) instead",
+                    stacklevel=2,
+                )
+        ds = get_dataset("affnist_like", root=root, split="test", root_source=source)
+        return ds, f"affnist_like (generated from {getattr(ds, 'source', '?')})"
+
+    def _subset(self, n_total: int, n: int | None, salt: int) -> list[int]:
+        """A seeded random choice of ``n`` indices (sorted), all of them if ``n`` is None."""
+        if n is None or n >= n_total:
+            return list(range(n_total))
+        g = torch.Generator().manual_seed(mix_seed(self.cfg.seed, salt))
+        return torch.randperm(n_total, generator=g)[:n].sort().values.tolist()
+
+    def evaluate(self, dm: Any) -> dict[str, float | int | str]:
+        """SVM protocols on MNIST and affNIST, per feature kind, plus routing statistics."""
+        e = self.cfg.eval
+        kinds = list(FEATURE_KINDS) + (["pixels"] if e.baselines else [])
+        stats = ["support", "ranks", "mask", "lengths"]
+        max_train = int(e.svm_max_train) if e.svm_max_train else None
+        train = dm.split("train")
+        train_idx = self._subset(len(train), max_train, 0x5F17)
+        tr, tr_y = self._encode(train, kinds, train_idx)
+        te, te_y = self._encode(dm.split("test"), kinds + stats)
+        self._test_stats = (te["support"], te["ranks"].long(), te["mask"])
+        feats = {"mnist": ((tr, tr_y), (te, te_y))}
+        metrics: dict[str, float | int | str] = {
+            "variant": self.variant,
+            "feature_kind": str(e.feature),
+            "svm_c": float(e.svm_c),
+            "svm_gamma": float(e.svm_gamma),
+            "svm_train_mnist": len(train_idx),
+        }
+        if e.affnist != "none":
+            aff, metrics["affnist_source"] = self._affnist(dm)
+            n = len(aff)  # type: ignore[arg-type]
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(mix_seed(0xAFF)))
+            n_test = min(int(e.affnist_test), n // 2)
+            n_fit = min(int(e.affnist_fit), n - n_test, max_train or n)
+            test_idx = order[:n_test].sort().values.tolist()
+            fit_idx = order[n_test : n_test + n_fit].sort().values.tolist()
+            af_te, af_te_y = self._encode(aff, [*kinds, "lengths"], test_idx)
+            af_fit, af_fit_y = self._encode(aff, kinds, fit_idx)
+            feats["affnist_a"] = ((af_fit, af_fit_y), (af_te, af_te_y))
+            feats["affnist_b"] = ((tr, tr_y), (af_te, af_te_y))
+            metrics.update(affnist_fit_images=n_fit, affnist_test_images=n_test)
+            if self.variant == "supervised":
+                metrics["capsnet_acc_affnist"] = _length_accuracy(af_te["lengths"], af_te_y)
+        else:
+            metrics["affnist_source"] = "none (eval.affnist=none)"
+        for protocol, ((fit, fit_y), (test, test_y)) in feats.items():
+            for kind in kinds:
+                gamma = "scale" if kind == "pixels" else float(e.svm_gamma)
+                res = svm_probe(fit[kind], fit_y, test[kind], test_y, C=float(e.svm_c), gamma=gamma)
+                metrics[f"svm_{protocol}_{kind}"] = float(res["top1"])
+            metrics[f"svm_{protocol}"] = metrics[f"svm_{protocol}_{e.feature}"]
+        metrics.update(self._routing_metrics(*self._test_stats))
+        if self.variant == "supervised":
+            metrics["capsnet_acc_mnist"] = _length_accuracy(te["lengths"], te_y)
+        return metrics
+
+    def _routing_metrics(self, support: Tensor, ranks: Tensor, mask: Tensor) -> dict[str, float]:
+        """Summary numbers of the routing statistics over the MNIST test split."""
+        share = support / support.sum(1, keepdim=True).clamp_min(1e-12)
+        wins = winner_frequency(ranks)
+        boost = self.sparse_net.boosting.boost
+        return {
+            "support_top1_share": 100.0 * float(share.max(1).values.mean()),
+            "winning_capsules": int((wins >= 0.01).sum()),
+            "mask_nonzero": float((mask > 0).float().sum(1).mean()),
+            "boost_max": float(boost.max()),
+            "boost_min": float(boost.min()),
+        }
+
+    # ------------------------------------------------------------------- figures
+    def figures(self, dm: Any) -> dict[str, Figure]:
+        """Paper Figs. 2-5 (reconstructions, routing support, rank frequency, equivariance)."""
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                if self._test_stats is None:
+                    test = dm.split("test")
+                    n = int(self.cfg.eval.figure_images)
+                    out, _ = self._encode(
+                        test, ["support", "ranks", "mask"], self._subset(len(test), n, 0xF16)
+                    )
+                    self._test_stats = (out["support"], out["ranks"].long(), out["mask"])
+                support, ranks, mask = self._test_stats
+                images, labels = self._figure_images(dm)
+                return {
+                    "fig2_reconstructions": self._fig_reconstructions(images),
+                    "fig3_routing_support": self._fig_support(support),
+                    "fig4_rank_frequency": self._fig_rank_frequency(ranks, mask),
+                    "fig5_equivariance": self._fig_equivariance(images[0], int(labels[0])),
+                }
+        finally:
+            self.train(was_training)
+
+    def _figure_images(self, dm: Any, count: int = 4) -> tuple[Tensor, Tensor]:
+        """``count`` test images spread over the split, through the evaluation transform."""
+        test = dm.split("test")
+        _, eval_tf = self.build_transforms()
+        idx = torch.linspace(0, len(test) - 1, count).long().tolist()
+        items = [test[i] for i in idx]
+        x = torch.stack([eval_tf(img) for img, _ in items]).to(self.device)
+        return x, torch.tensor([int(t) for _, t in items])
+
+    def _fig_reconstructions(self, x: Tensor) -> ImageGrid:
+        """Fig. 2: input, all capsules, each capsule alone; input, all, each left out."""
+        net = self.sparse_net
+        v, psi = net.encode(x)
+        mask = net.decoder_mask(v, net.rank(psi), None)
+        L = v.shape[1]
+        eye = torch.eye(L, device=v.device)
+        rows, labels = [], []
+        for k in range(x.shape[0]):
+            vk, mk = v[k], mask[k]
+            full = net.decode((vk * mk.unsqueeze(-1)).unsqueeze(0))
+            alone = net.decode(eye.unsqueeze(-1) * vk.unsqueeze(0))
+            out = net.decode((1 - eye).unsqueeze(-1) * (vk * mk.unsqueeze(-1)).unsqueeze(0))
+            for name, recon in (("alone", alone), ("leave-one-out", out)):
+                rows.append(torch.cat([x[k : k + 1], full, recon]))
+                labels.append(f"{k}: {name}")
+        return ImageGrid(
+            torch.cat(rows).cpu(),
+            nrow=L + 2,
+            title=(
+                f"{self.variant}: input | all capsules | capsule 0..{L - 1} alone (or left out)"
+            ),
+            row_labels=labels,
+        )
+
+    def _fig_support(self, support: Tensor) -> LinePlot:
+        """Fig. 3: routing support sorted per image, as a share of the total, averaged."""
+        share = support / support.sum(1, keepdim=True).clamp_min(1e-12)
+        ranked = share.sort(dim=1, descending=True).values.mean(0)
+        L = ranked.numel()
+        xs = [float(i) for i in range(L)]
+        return LinePlot(
+            {
+                self.variant: (xs, [100.0 * float(s) for s in ranked]),
+                "uniform": (xs, [100.0 / L] * L),
+            },
+            xlabel="rank of the latent capsule (0 = most routing support)",
+            ylabel="share of routing support (%)",
+            title=f"ranked aggregate routing coefficients ({self.variant}, {support.shape[0]} "
+            "test images)",
+        )
+
+    def _fig_rank_frequency(self, ranks: Tensor, mask: Tensor) -> BarPlot:
+        """Fig. 4: how often each latent capsule ranks first, and how often it is unmasked."""
+        active = (mask > 0).float().mean(0)
+        L = ranks.shape[1]
+        return BarPlot(
+            {
+                "rank 0 (winner)": [100.0 * float(f) for f in winner_frequency(ranks)],
+                "mask > 0": [100.0 * float(f) for f in active],
+            },
+            labels=[str(j) for j in range(L)],
+            xlabel="latent capsule",
+            ylabel="% of test images",
+            title=f"rank frequency of each latent capsule ({self.variant}, {ranks.shape[0]} "
+            "test images)",
+        )
+
+    def _fig_equivariance(self, x: Tensor, label: int) -> ImageGrid:
+        """Fig. 5: each parameter of the most active capsule set to -1, -0.8, ..., 1."""
+        net = self.sparse_net
+        v, psi = net.encode(x.unsqueeze(0))
+        if self.variant == "supervised":
+            top = int(caps_length(v)[0].argmax())
+        else:
+            top = int(net.rank(psi)[0].argmin())
+        mask = net.decoder_mask(v, net.rank(psi), None)
+        mask[:, top] = 1.0
+        values = torch.linspace(-1.0, 1.0, 11, device=v.device)
+        D = v.shape[2]
+        swept = (v * mask.unsqueeze(-1)).repeat(D * len(values), 1, 1)
+        for d in range(D):
+            swept[d * len(values) : (d + 1) * len(values), top, d] = values
+        return ImageGrid(
+            net.decode(swept).cpu(),
+            nrow=len(values),
+            title=(
+                f"{self.variant}: capsule {top} (most active) of a test '{label}', "
+                "one parameter per row set to -1.0 ... 1.0 in steps of 0.2"
+            ),
+            row_labels=[f"dim {d}" for d in range(D)],
+        )

@@ -1,0 +1,197 @@
+"""End-to-end SparseCaps runs on a tiny budget: run directory, SVM metrics, boost-state resume."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import selfcaps
+from selfcaps.cli import main
+from selfcaps.cli.config import load_config
+from selfcaps.losses import MarginLoss
+from selfcaps.methods.datamodule import SelfcapsDataModule
+from selfcaps.methods.sparsecaps import SparseCaps
+
+# A network small enough for seconds of CPU: conv1 8 filters, 2 primary types, small decoder.
+TINY_MODEL = [
+    "model.conv_channels=8",
+    "model.primary_types=2",
+    "model.decoder_widths=[32,64]",
+    "model.boost_every=2",
+]
+TINY = [
+    "--data",
+    "mnist5k",
+    "--no-progress",
+    "--batch-size",
+    "16",
+    "--deterministic",
+    "--threads",
+    "1",
+    "data.train_subset=64",
+    "data.val_fraction=0.02",
+    "data.eval_batch_size=500",
+    "monitor.bank_size=32",
+    "monitor.knn_k=5",
+    "eval.knn_k=5",
+    "eval.svm_max_train=100",
+    "eval.affnist_fit=100",
+    "eval.affnist_test=100",
+    "eval.figure_images=64",
+    *TINY_MODEL,
+]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    # An empty root: mnist5k is embedded, affnist_like falls back to mnist5k's test digits.
+    return str(tmp_path_factory.mktemp("empty_root"))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, data_root):
+    out = tmp_path_factory.mktemp("sparsecaps") / "run"
+    args = ["run", "sparsecaps", "--out", str(out), "--epochs", "2", "--data-root", data_root]
+    with pytest.warns(UserWarning, match="affnist"):
+        assert main([*args, *TINY]) == 0
+    return out
+
+
+RUN_FILES = ("config.yaml", "config.json", "metrics.json", "metrics.csv", "model.safetensors")
+CHECKPOINTS = ("last", "best")
+FIGURES = (
+    "curves",
+    "fig2_reconstructions",
+    "fig3_routing_support",
+    "fig4_rank_frequency",
+    "fig5_equivariance",
+)
+
+
+def test_run_directory_has_every_file(run_dir):
+    expected = [
+        *RUN_FILES,
+        *(f"checkpoints/{c}.ckpt" for c in CHECKPOINTS),
+        *(f"figures/{f}.png" for f in FIGURES),
+    ]
+    assert [name for name in expected if not (run_dir / name).is_file()] == []
+
+
+def test_metrics_have_the_three_protocols_per_kind(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["epochs_trained"] == 2 and m["steps"] == 2 * (64 // 16)
+    for protocol in ("mnist", "affnist_a", "affnist_b"):
+        for kind in ("unmasked", "masked"):
+            assert 0.0 <= m[f"svm_{protocol}_{kind}"] <= 100.0
+        assert m[f"svm_{protocol}"] == m[f"svm_{protocol}_unmasked"]
+    assert m["variant"] == "sparse" and m["feature_kind"] == "unmasked"
+    assert m["affnist_source"].startswith("affnist_like")
+    assert m["affnist_fit_images"] == m["affnist_test_images"] == 100
+    assert m["svm_train_mnist"] == 64  # train_subset is smaller than svm_max_train
+    assert m["best_checkpoint"].startswith("min val_loss")
+    assert m["mask_nonzero"] == 6.0  # gamma 12, threshold 0.01, 16 capsules
+    assert all(isinstance(v, int | float | str) for v in m.values())
+    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"val_loss", "val_recon", "train_loss", "recon", "boost_max"} <= set(header)
+
+
+def test_weights_load_without_lightning(run_dir):
+    cfg = json.loads((run_dir / "config.json").read_text())
+    net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"])
+    state = load_file(run_dir / "model.safetensors")
+    assert "boosting.boost" in state and "boosting.freq_ema" in state
+    net.load_state_dict(state)
+    out = net.eval()(torch.zeros(2, 1, 40, 40))
+    assert out.recon.shape == (2, 1, 40, 40)
+
+
+def _pretrain(out, epochs, root, *extra):
+    args = ["pretrain", "sparsecaps", "--out", str(out), "--epochs", str(epochs)]
+    return main([*args, "--data-root", root, *extra])
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+def test_boost_state_survives_checkpoint_and_resume(tmp_path, data_root, run_dir):
+    resumed = tmp_path / "resumed"
+    assert _pretrain(resumed, 1, data_root, *TINY) == 0
+    first = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=False)
+    assert int(first["state_dict"]["net.boosting.batches"]) == 4  # 64 images / 16
+    assert _pretrain(resumed, 2, data_root, "--resume") == 0
+    # run_dir trained the same two epochs without interruption
+    a = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    b = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert int(b["net.boosting.batches"]) == 8  # continued from 4, not restarted
+    assert not torch.equal(a["net.boosting.boost"], torch.ones_like(a["net.boosting.boost"]))
+    for key in ("boost", "freq_ema", "batches", "ema_started"):
+        torch.testing.assert_close(
+            a[f"net.boosting.{key}"], b[f"net.boosting.{key}"], rtol=0, atol=0
+        )
+    wa, wb = load_file(run_dir / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0)
+
+
+def _method(*overrides):
+    cfg = load_config("sparsecaps", "quick", [("data.name", "mnist5k"), *overrides])
+    cfg.model.conv_channels, cfg.model.primary_types = 8, 2
+    return SparseCaps(cfg)
+
+
+def test_supervised_loss_is_margin_plus_weighted_reconstruction():
+    torch.manual_seed(0)
+    method = _method(("model.variant", "supervised"))
+    x, y = torch.rand(4, 1, 40, 40), torch.tensor([0, 3, 3, 9])
+    loss, logs = method.compute_loss((x, y))
+    torch.manual_seed(0)
+    out = method.net(x, labels=y)
+    lengths = out.capsules.norm(dim=-1)
+    sse = ((out.recon - x) ** 2).sum(dim=(1, 2, 3)).mean()
+    expected = MarginLoss(0.9, 0.1, 0.5)(lengths, y) + 0.0005 * sse
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(logs["recon"], sse)
+
+
+@pytest.mark.filterwarnings(r"ignore:You are trying to `self.log\(\)`")
+def test_only_sparse_training_updates_the_boost_state():
+    x, y = torch.rand(4, 1, 40, 40), torch.zeros(4, dtype=torch.long)
+    for variant, expected in (("sparse", 1), ("dense", 0)):
+        method = _method(("model.variant", variant)).train()
+        method.compute_loss((x, y))
+        assert int(method.sparse_net.boosting.batches) == expected, variant
+    method = _method().eval()
+    method.validation_step((x, y), 0, dataloader_idx=1)
+    assert int(method.sparse_net.boosting.batches) == 0
+
+
+@pytest.mark.filterwarnings("ignore:affNIST files not found", "ignore:affnist_like")
+def test_supervised_evaluation_and_figures_without_training(data_root):
+    method = _method(
+        ("model.variant", "supervised"),
+        ("data.train_subset", 64),
+        ("eval.svm_max_train", 50),
+        ("eval.affnist_fit", 50),
+        ("eval.affnist_test", 50),
+    )
+    method.cfg.data.root = data_root
+    dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    m = method.eval().evaluate(dm)
+    assert m["variant"] == "supervised" and m["mask_nonzero"] == 1.0  # the longest capsule
+    for key in ("capsnet_acc_mnist", "capsnet_acc_affnist", "svm_affnist_a_masked"):
+        assert 0.0 <= m[key] <= 100.0
+    assert m["svm_train_mnist"] == m["affnist_fit_images"] == m["affnist_test_images"] == 50
+    figs = method.figures(dm)
+    assert figs["fig2_reconstructions"].images.shape == (4 * 2 * 12, 1, 40, 40)  # 10 capsules
+    assert figs["fig2_reconstructions"].nrow == 12
+    assert figs["fig5_equivariance"].images.shape == (16 * 11, 1, 40, 40)
+    assert len(figs["fig4_rank_frequency"].values["rank 0 (winner)"]) == 10
+    xs, ys = figs["fig3_routing_support"].series["supervised"]
+    assert len(xs) == 10 and sum(ys) == pytest.approx(100.0)
+
+
+def test_config_errors_name_the_key(data_root, capsys):
+    args = ["run", "sparsecaps", "--data", "mnist5k", "--data-root", data_root]
+    assert main([*args, "augment.canvas=28"]) == 2
+    assert "augment.canvas" in capsys.readouterr().err
+    assert main([*args, "eval.feature=pixels"]) == 2
+    assert "eval.feature" in capsys.readouterr().err
