@@ -222,6 +222,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     method_cls = get_method(cfg.method)
     method = method_cls(cfg)
+    method.run_dir = out
     train_tf, eval_tf = method.build_transforms()
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)

@@ -12,8 +12,9 @@ its final evaluation (:meth:`evaluate`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
@@ -26,7 +27,7 @@ from selfcaps.data import dataset_info
 from selfcaps.eval import knn_evaluate
 from selfcaps.methods.figures import Figure, ImageGrid
 
-__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError"]
+__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -41,6 +42,26 @@ class CliFlag:
     type: type
     help: str
     choices: tuple[str, ...] | None = None
+
+
+def build_optimizer(
+    params: Iterable[nn.Parameter], o: Any, lr: float | None = None
+) -> torch.optim.Optimizer:
+    """The optimiser of an ``optim`` config section (``name``, ``lr``, ``weight_decay``, ...).
+
+    Args:
+        params: Parameters to optimise.
+        o: The ``optim`` section.
+        lr: Learning rate instead of ``o.lr`` (e.g. a second, finetuning phase).
+    """
+    lr = float(o.lr if lr is None else lr)
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=o.weight_decay)
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
 
 
 def _gather_uneven(module: L.LightningModule, t: Tensor) -> Tensor:
@@ -79,6 +100,9 @@ class CapsuleMethod(L.LightningModule):
         if self.cfg.trainer.compile:
             self.net = torch.compile(self.net)  # type: ignore[assignment]
         self.nonfinite_skipped = 0
+        #: The run directory, set by the CLI before evaluation; methods that write
+        #: files of their own (e.g. a second training phase) put them under it.
+        self.run_dir: Path | None = None
         self._val_store: dict[int, list[tuple[Tensor, Tensor]]] = {0: [], 1: []}
 
     # ----------------------------------------------------------------- to implement
@@ -190,15 +214,7 @@ class CapsuleMethod(L.LightningModule):
     def configure_optimizers(self) -> Any:
         """Optimiser and schedule from the ``optim`` section."""
         o = self.cfg.optim
-        params = [p for p in self.parameters() if p.requires_grad]
-        if o.name == "adam":
-            opt = torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
-        elif o.name == "adamw":
-            opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
-        elif o.name == "sgd":
-            opt = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-        else:
-            raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
+        opt = build_optimizer([p for p in self.parameters() if p.requires_grad], o)
         sched = self._scheduler(opt)
         if sched is None:
             return opt

@@ -201,12 +201,15 @@ class SelfcapsDataModule(L.LightningDataModule):
         """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
         if name not in self._splits:
             d = self.cfg.data
+            # ``data.image_size`` (only in presets that define it): resize image folders on load
+            size = d.get("image_size")
             ds = get_dataset(
                 d.name,
                 root=d.root,
                 split=name,
                 val_fraction=d.val_fraction,
                 root_source=self.root_source,
+                **({"image_size": size} if size else {}),
             )
             if name == "train":
                 ds = _subset(ds, d.train_subset, self.cfg.seed)
