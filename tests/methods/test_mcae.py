@@ -111,6 +111,19 @@ def test_transforms_and_input_size_per_dataset(data, raw, size):
         torch.testing.assert_close(b, PerImageStandardize()(centre), rtol=1e-5, atol=1e-5)
 
 
+def test_class_capsules_frozen_in_pretraining_and_trained_in_finetuning():
+    method = method_for("mnist5k", **{"optim.scheduler": "none"})
+    head = list(method.mcae.class_caps.parameters())
+    assert head and not any(p.requires_grad for p in head)
+    groups = method.configure_optimizers().param_groups
+    trained = {id(p) for group in groups for p in group["params"]}
+    assert not trained & {id(p) for p in head}
+    clf = method.classifier()
+    assert clf.decoder is None and all(p.requires_grad for p in clf.parameters())
+    for k, v in clf.state_dict().items():  # a copy of the current weights, decoder dropped
+        torch.testing.assert_close(v, method.mcae.state_dict()[k])
+
+
 def test_image_folder_input_size_comes_from_the_preset():
     cfg = load_config("mcae", "quick", [("model.patch_size", 8)])
     cfg.data.name = "imagefolder:imagenette2"  # resized to augment.image_size (paper: 64)

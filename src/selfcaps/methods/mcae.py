@@ -130,6 +130,10 @@ class MCAE(CapsuleMethod):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
+        # Not part of the pretraining objective: frozen, so that no optimiser step (weight
+        # decay) touches it and DDP does not wait for its gradients. Finetuning trains a
+        # fresh copy (:meth:`classifier`).
+        self.mcae.class_caps.requires_grad_(False)
         self._val_sums = torch.zeros(2, dtype=torch.float64)  # sum of MSE * batch, images
 
     # ------------------------------------------------------------------ configuration
@@ -268,7 +272,7 @@ class MCAE(CapsuleMethod):
         state = {k: v for k, v in self.mcae.state_dict().items() if not k.startswith("decoder.")}
         net.load_state_dict(state)
         assert isinstance(net, MCAENet)
-        return net.to(self.device)
+        return net.to(self.device).requires_grad_(True)
 
     def _finetune_optimizer(self, steps_per_epoch: int) -> Any:
         o, epochs = self.cfg.optim, int(self.cfg.eval.finetune_epochs)

@@ -41,10 +41,11 @@ and of :meth:`MCAENet.forward` (finetuning / classification)::
   masked positions) is inserted at every masked position; a global self-routing
   layer (:class:`~selfcaps.caps.SelfRoutingDense`: every output position receives
   votes from every input position, "kernel size = sequence length") gives
-  ``decoder_caps`` capsules per position; one linear layer per position maps
-  their poses to the patch's pixels. Self-routing makes the activations of the
-  global layer sum to one over all ``L * decoder_caps`` parents, so they shrink
-  with ``L``; the per-position linear layers read the poses.
+  ``decoder_caps`` capsules per position, whose poses are batch-normalised (as the
+  encoder's); one linear layer per position maps them to the patch's pixels.
+  Self-routing makes the activations of the global layer sum to one over all
+  ``L * decoder_caps`` parents, so they shrink with ``L``; the per-position linear
+  layers read the poses.
 * **Classifier**: a point-wise self-routing layer to one capsule per class;
   self-routing activations sum to one over the parents (eq. 2), so the class
   activations averaged over positions are a distribution over classes, and the
@@ -337,7 +338,7 @@ class CapsuleEncoder(nn.Module):
 
 
 class CapsuleDecoder(nn.Module):
-    """Mask token, global self-routing layer and one linear layer per position.
+    """Mask token, global self-routing layer, BatchNorm of its poses, one linear per position.
 
     Args:
         positions: ``L``.
@@ -366,6 +367,7 @@ class CapsuleDecoder(nn.Module):
         self.route = SelfRoutingDense(
             positions * in_caps, positions * caps, in_dim, caps_dim, out_positions=positions
         )
+        self.norm = nn.BatchNorm1d(caps * caps_dim)
         fan_in = caps * caps_dim
         bound = 1.0 / math.sqrt(fan_in)
         self.weight = nn.Parameter(torch.empty(positions, fan_in, patch_pixels).uniform_(
@@ -377,7 +379,8 @@ class CapsuleDecoder(nn.Module):
         full_pose = restore_positions(pose, self.mask_pose, ids_restore)
         full_act = restore_positions(act, torch.softmax(self.mask_act_logits, 0), ids_restore)
         out_pose, _ = self.route(full_pose, full_act)  # (B, L, caps, caps_dim)
-        flat = out_pose.flatten(2).transpose(0, 1)  # (L, B, caps * caps_dim)
+        B, L = out_pose.shape[:2]
+        flat = self.norm(out_pose.reshape(B * L, -1)).view(B, L, -1).transpose(0, 1)
         return torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight).transpose(0, 1)
 
 
