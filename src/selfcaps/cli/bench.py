@@ -169,7 +169,10 @@ def _execute(row: BenchRow) -> None:
     print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "selfcaps", *cmd[1:]], capture_output=True, text=True
+        [sys.executable, "-m", "selfcaps", *cmd[1:]],
+        capture_output=True,
+        text=True,
+        env=_child_env(),
     )
     row.wall_time_s = time.perf_counter() - t0
     row.status = "done" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
@@ -182,6 +185,20 @@ def _execute(row: BenchRow) -> None:
         atomic_write_text(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     else:
         print(f"[bench]   {row.status}; see {row.run_dir / 'bench.log'}", flush=True)
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a bench run: this very ``selfcaps`` first on the path.
+
+    So a checkout that is not installed (or another installed copy) never runs
+    different code from the bench that launched it.
+    """
+    import selfcaps
+
+    src = str(Path(selfcaps.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def collect_rows(rows: list[BenchRow]) -> list[BenchRow]:

@@ -60,20 +60,10 @@ def _load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModu
     return method, SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=source)
 
 
-def _example_input(method: CapsuleMethod, n: int = 1) -> torch.Tensor:
-    """``n`` blank images of the dataset through the method's evaluation transform.
-
-    The transform may change the size (SparseCaps places 28x28 digits in a 40x40 canvas).
-    """
-    _, eval_tf = method.build_transforms()
-    blank = torch.zeros(method.info.channels, *method.info.image_size, dtype=torch.uint8)
-    return torch.stack([eval_tf(blank)] * n)
-
-
 def _feature_kind(method: CapsuleMethod, requested: str | None) -> str:
     kind = requested or method.monitor_feature
     with torch.no_grad():
-        x = _example_input(method)
+        x = method.example_input()
         method.eval()
         available = list(method.features(x))
     if kind not in available:
@@ -112,7 +102,7 @@ def run_protocol(
             f"{protocol}_top5_{kind}": float(res["top5"]),
         }
     backbone = _FeatureBackbone(method, kind)
-    dim = int(backbone(_example_input(method, 2)).shape[1])
+    dim = int(backbone(method.example_input(2)).shape[1])
     res = finetune(
         backbone,
         dim,
@@ -169,7 +159,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     cfg = load_config(method_cls.name, args.preset, overrides, methods=list_methods())
     method = method_cls(cfg)
     net = method.network.eval()
-    shape = tuple(_example_input(method).shape)
+    shape = tuple(method.example_input().shape)
     prof = profile_model(net, shape)
     print(f"{method.name} ({cfg.model.name}) on {cfg.data.name} images {shape[1:]}")
     print(format_profile(prof))

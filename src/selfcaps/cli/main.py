@@ -39,6 +39,8 @@ def _quiet_third_party() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
     warnings.filterwarnings("ignore", message="The number of training batches .* is smaller")
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`")  # skipped steps
+    # our batch transforms live in the LightningModule on purpose (they need its RNG seeding)
+    warnings.filterwarnings("ignore", message="You have overridden `on_after_batch_transfer`")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

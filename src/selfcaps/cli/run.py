@@ -232,6 +232,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     method_cls = get_method(cfg.method)
     method = method_cls(cfg)
+    method.run_dir = out
     train_tf, eval_tf = method.build_transforms()
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
@@ -307,7 +308,7 @@ def _flops_per_image(method: CapsuleMethod) -> int:
 
     was = method.network.training
     try:
-        shape = (1, method.info.channels, *method.info.image_size)
+        shape = tuple(method.example_input().shape)
         return int(profile_model(method.network.eval(), shape)["flops_per_image"])
     finally:
         method.network.train(was)

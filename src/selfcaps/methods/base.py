@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
@@ -28,7 +29,7 @@ from selfcaps.eval import knn_evaluate
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
 
-__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError"]
+__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -43,6 +44,26 @@ class CliFlag:
     type: type
     help: str
     choices: tuple[str, ...] | None = None
+
+
+def build_optimizer(
+    params: Iterable[nn.Parameter], o: Any, lr: float | None = None
+) -> torch.optim.Optimizer:
+    """The optimiser of an ``optim`` config section (``name``, ``lr``, ``weight_decay``, ...).
+
+    Args:
+        params: Parameters to optimise.
+        o: The ``optim`` section.
+        lr: Learning rate instead of ``o.lr`` (e.g. a second, finetuning phase).
+    """
+    lr = float(o.lr if lr is None else lr)
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=o.weight_decay)
+    if o.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
 
 
 def _gather_uneven(module: L.LightningModule, t: Tensor) -> Tensor:
@@ -108,7 +129,20 @@ class CapsuleMethod(L.LightningModule):
             self.net = torch.compile(self.net)  # type: ignore[assignment]
         self.nonfinite_skipped = 0
         self._train_batches_seen = 0
+        #: The run directory, set by the CLI before evaluation; methods that write
+        #: files of their own (e.g. a second training phase) put them under it.
+        self.run_dir: Path | None = None
         self._val_store: dict[int, list[tuple[Tensor, Tensor]]] = {0: [], 1: []}
+
+    def example_input(self, n: int = 1) -> Tensor:
+        """``n`` blank images of the dataset through the method's evaluation transform.
+
+        The shape the network sees, which the transform may change (SparseCaps
+        places 28x28 digits in a 40x40 canvas); used to probe feature sizes and FLOPs.
+        """
+        _, eval_tf = self.build_transforms()
+        blank = torch.zeros(self.info.channels, *self.info.image_size, dtype=torch.uint8)
+        return torch.stack([eval_tf(blank)] * n)
 
     # ----------------------------------------------------------------- to implement
     def build_network(self) -> nn.Module:
@@ -241,15 +275,7 @@ class CapsuleMethod(L.LightningModule):
     def configure_optimizers(self) -> Any:
         """Optimiser and schedule from the ``optim`` section."""
         o = self.cfg.optim
-        params = [p for p in self.parameters() if p.requires_grad]
-        if o.name == "adam":
-            opt = torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
-        elif o.name == "adamw":
-            opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
-        elif o.name == "sgd":
-            opt = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-        else:
-            raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
+        opt = build_optimizer([p for p in self.parameters() if p.requires_grad], o)
         sched = self._scheduler(opt)
         if sched is None:
             return opt

@@ -1,0 +1,434 @@
+"""How MCAE learns: masked-patch reconstruction, then supervised finetuning with class capsules.
+
+"Masked Capsule Autoencoders" (Everett, Zhong, Leontidis, TMLR 2025). The
+network is :class:`selfcaps.models.mcae.MCAENet`.
+
+Phase 1, pretraining (the engine's Lightning fit, ``trainer.epochs`` epochs,
+``--pretrain-epochs``): a random ``model.mask_ratio`` of the patch positions is
+removed, the capsule decoder predicts every patch, and the loss is the MSE on the
+masked patches (paper eq. 4; ``loss.masked_only=false`` gives the all-patches
+ablation of Table 3). ``best.ckpt`` is the epoch with the lowest ``val_mse``: the
+masked-patch MSE on the validation split (carved from train) with masks fixed per
+batch, so epochs are compared on the same masks. ``--pretrain-epochs 0`` skips the
+phase (the no-pretraining baseline).
+
+Phase 2, finetuning (in :meth:`MCAE.evaluate`, ``eval.finetune_epochs`` epochs,
+``--finetune-epochs``): the decoder is dropped, the class-capsule layer is trained
+with the encoder and backbone on the same augmented training split by
+cross-entropy of the position-averaged class activations (a distribution over
+classes, see the model); same optimiser as pretraining, learning rate
+``eval.finetune_lr``, cosine schedule over the finetuning epochs. The epoch with
+the lowest validation loss is selected and the test split is evaluated once. Its
+files live under ``<run>/finetune/``: ``metrics.csv``, ``checkpoints/last.ckpt``,
+``checkpoints/best.ckpt`` and ``model.safetensors`` (+ ``config.json``) of the
+tested classifier. The run's own ``model.safetensors`` is the pretrained
+autoencoder (what ``best.ckpt`` holds), and ``figures/reconstruction.png`` shows
+it at work.
+
+Augmentations (paper section 4.2): random resized crops of 80-100% for
+Fashion-MNIST and CIFAR-10 (and, our choice, every other dataset of fixed-size
+images, e.g. MNIST); smallNORB standardised per image, random ``augment.crop_size``
+crops for training and a centre crop for evaluation; image folders (Imagenette,
+Imagewoof) random resized crops to ``augment.image_size`` plus colour jitter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import Tensor, nn
+from torchvision.transforms import v2
+
+from selfcaps.data import EvalTransform
+from selfcaps.eval import finetune
+from selfcaps.methods.base import CapsuleMethod, CliFlag, build_optimizer
+from selfcaps.methods.datamodule import mix_seed
+from selfcaps.methods.engine import RunCSVLogger
+from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.io import AtomicCheckpointIO, save_weights
+from selfcaps.models import create_model
+from selfcaps.models.mcae import MaskedReconstruction, MCAENet
+
+__all__ = ["MCAE", "PerImageStandardize", "class_nll", "masked_patch_mse"]
+
+_VAL_MASK_SALT = 0x3A5C
+
+
+def masked_patch_mse(out: MaskedReconstruction, masked_only: bool = True) -> Tensor:
+    r"""Mean squared error per pixel over the masked patches (paper eq. 4), or all patches.
+
+    .. math::
+        \mathcal L = \frac{1}{|M|\,P} \sum_{(b,l) \in M} \lVert \hat x_{b,l} - x_{b,l} \rVert^2
+
+    with ``M`` the masked positions of the batch (every position when
+    ``masked_only`` is False: the ablation of the paper's Table 3) and ``P``
+    pixels per patch. Visible patches then take no part in the loss: neither
+    their predictions nor their pixels receive a gradient from it.
+
+    Args:
+        out: Predictions, targets and mask from :meth:`MCAENet.forward_pretrain`.
+        masked_only: Average over the masked patches only.
+    """
+    err = (out.pred - out.target).pow(2).mean(dim=-1)  # (B, L)
+    if not masked_only:
+        return err.mean()
+    return err[out.mask].sum() / out.mask.sum().clamp_min(1)
+
+
+def class_nll(probs: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
+    """Cross-entropy of class probabilities ``(B, K)``: ``mean_b -log(probs[b, y_b])``."""
+    return F.nll_loss(torch.log(probs.clamp_min(eps)), target)
+
+
+class PerImageStandardize:
+    """Standardise each image to zero mean and unit variance (smallNORB, paper section 4.2).
+
+    As ``tf.image.per_image_standardization``: the standard deviation is floored
+    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero.
+
+    Examples:
+        >>> x = PerImageStandardize()(torch.arange(4.0).view(1, 2, 2))
+        >>> round(float(x.mean()), 6), round(float(x.std(unbiased=False)), 6)
+        (0.0, 1.0)
+    """
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The standardised image."""
+        std = x.std(unbiased=False).clamp_min(1.0 / math.sqrt(x.numel()))
+        return (x - x.mean()) / std
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class MCAE(CapsuleMethod):
+    """Masked Capsule Autoencoder pretraining and class-capsule finetuning (module docstring).
+
+    Args:
+        cfg: Run configuration (``model``, ``loss``, ``augment`` sections as in
+            ``configs/mcae_*.yaml``).
+    """
+
+    name: ClassVar[str] = "mcae"
+    monitor_feature: ClassVar[str] = "capsule"
+    monitor_metric: ClassVar[tuple[str, str]] = ("val_mse", "min")
+    cli_flags: ClassVar[dict[str, CliFlag]] = {
+        "--pretrain-epochs": CliFlag(
+            "trainer.epochs", int, "MCAE pretraining epochs (0: no pretraining)"
+        ),
+        "--finetune-epochs": CliFlag("eval.finetune_epochs", int, "MCAE finetuning epochs"),
+        "--mask-ratio": CliFlag("model.mask_ratio", float, "MCAE fraction of masked patches"),
+        "--backbone": CliFlag("model.backbone", str, "MCAE backbone", ("convmixer", "vit")),
+    }
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        # Not part of the pretraining objective: frozen, so that no optimiser step (weight
+        # decay) touches it and DDP does not wait for its gradients. Finetuning trains a
+        # fresh copy (:meth:`classifier`).
+        self.mcae.class_caps.requires_grad_(False)
+        self._val_sums = torch.zeros(2, dtype=torch.float64)  # sum of MSE * batch, images
+
+    # ------------------------------------------------------------------ configuration
+    @classmethod
+    def validate_config(cls, cfg: Any) -> None:
+        """Check MCAE's keys; the error names the key."""
+        m = cfg.model
+        if m.backbone not in ("convmixer", "vit"):
+            raise ValueError(f"model.backbone: expected convmixer or vit, got {m.backbone!r}")
+        if not 0.0 < float(m.mask_ratio) < 1.0:
+            raise ValueError(f"model.mask_ratio: expected a fraction in (0, 1), got {m.mask_ratio}")
+        if int(cfg.eval.finetune_epochs) < 1:
+            raise ValueError(
+                f"eval.finetune_epochs: expected >= 1 (finetuning is the evaluation), "
+                f"got {cfg.eval.finetune_epochs}"
+            )
+        if cfg.optim.scheduler not in ("none", "cosine"):
+            raise ValueError(
+                f"optim.scheduler: MCAE supports none or cosine, got {cfg.optim.scheduler!r}"
+            )
+        size = _input_size(cfg)
+        if size is not None and size % int(m.patch_size):
+            raise ValueError(
+                f"model.patch_size: {m.patch_size} does not divide the {size}x{size} input "
+                f"of {cfg.data.name}"
+            )
+
+    def input_size(self) -> int:
+        """Side of the images the network sees (after crops / resizing)."""
+        size = _input_size(self.cfg)
+        if size is None:
+            raise ValueError(f"the image size of {self.cfg.data.name} is not known")
+        return size
+
+    def model_config(self) -> dict[str, Any]:
+        """Model name and kwargs, with the data's channels, classes and input size."""
+        cfg = super().model_config()
+        cfg["model_kwargs"].update(
+            in_chans=self.info.channels,
+            num_classes=self.info.num_classes,
+            img_size=_input_size(self.cfg),
+        )
+        return cfg
+
+    def build_network(self) -> nn.Module:
+        """The MCAE network (backbone, encoder, decoder, class capsules)."""
+        cfg = self.model_config()
+        return create_model(cfg["model"], **cfg["model_kwargs"])
+
+    @property
+    def mcae(self) -> MCAENet:
+        """The network, typed."""
+        net = self.network
+        assert isinstance(net, MCAENet)
+        return net
+
+    def build_transforms(self) -> tuple[Any, Any]:
+        """Per-dataset training augmentation and evaluation transform (paper section 4.2)."""
+        a, info, name = self.cfg.augment, self.info, str(self.cfg.data.name)
+        size = self.input_size()
+        to_float = v2.ToDtype(torch.float32, scale=True)
+        if name.startswith("smallnorb"):
+            standardize = PerImageStandardize()
+            return (
+                v2.Compose([v2.RandomCrop(size), to_float, standardize]),
+                v2.Compose([v2.CenterCrop(size), to_float, standardize]),
+            )
+        steps: list[Any] = [v2.RandomResizedCrop(size, scale=(a.min_scale, 1.0), antialias=True)]
+        if name.startswith("imagefolder:") and a.color_jitter > 0:
+            j = float(a.color_jitter)
+            steps.append(v2.ColorJitter(brightness=j, contrast=j, saturation=j))
+        train = v2.Compose([*steps, to_float, v2.Normalize(list(info.mean), list(info.std))])
+        native = info.image_size[0] if info.image_size else None
+        return train, EvalTransform(info.mean, info.std, size=None if native == size else size)
+
+    # ------------------------------------------------------------------ pretraining
+    def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """Masked-patch MSE of a training batch (masks from the global RNG, reseeded per epoch)."""
+        x, _ = batch
+        out = self.mcae.forward_pretrain(x)
+        return masked_patch_mse(out, self.cfg.loss.masked_only), {}
+
+    def _fixed_mask_mse(self, x: Tensor, batch_idx: int) -> Tensor:
+        """Masked-patch MSE with a mask fixed by ``(seed, batch_idx)``: comparable across epochs."""
+        g = torch.Generator(device=x.device).manual_seed(
+            mix_seed(self.cfg.seed, _VAL_MASK_SALT, batch_idx)
+        )
+        return masked_patch_mse(self.mcae.forward_pretrain(x, generator=g), True)
+
+    def on_validation_epoch_start(self) -> None:
+        """Reset the validation MSE sums."""
+        self._val_sums = torch.zeros(2, dtype=torch.float64)
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Masked-patch MSE of a validation batch (loader 1; loader 0, the kNN bank, is unused)."""
+        if dataloader_idx != 1:
+            return
+        x, _ = batch
+        mse = self._fixed_mask_mse(x, batch_idx)
+        self._val_sums += torch.tensor([float(mse) * x.shape[0], x.shape[0]], dtype=torch.float64)
+
+    def on_validation_epoch_end(self) -> None:
+        """Log ``val_mse``: masked patches only, whatever ``loss.masked_only`` is."""
+        total, n = self.trainer.strategy.reduce(self._val_sums.to(self.device), reduce_op="sum")
+        if n > 0:
+            self.log("val_mse", float(total / n), prog_bar=True, sync_dist=False)
+
+    @torch.no_grad()
+    def validation_mse(self, dm: Any) -> float:
+        """``val_mse`` of the current weights over the whole validation split (fixed masks)."""
+        was = self.training
+        self.eval()
+        total, n = 0.0, 0
+        try:
+            for i, (x, _) in enumerate(dm.eval_loader("val")):
+                x = x.to(self.device)
+                total += float(self._fixed_mask_mse(x, i)) * x.shape[0]
+                n += x.shape[0]
+        finally:
+            self.train(was)
+        return total / max(n, 1)
+
+    # ------------------------------------------------------------------ features
+    def features(self, x: Tensor) -> dict[str, Tensor]:
+        """Backbone features and activation-weighted encoder poses, averaged over positions."""
+        net = self.mcae
+        pose, act, feat = net.encode(x)
+        weighted = (pose * act.unsqueeze(-1)).mean(dim=1)  # (B, A, D)
+        return {"backbone": feat.mean(dim=1), "capsule": weighted.flatten(1)}
+
+    # ------------------------------------------------------------------ finetuning
+    def classifier(self) -> MCAENet:
+        """A new network without the decoder, holding the current backbone, encoder and head."""
+        cfg = self.model_config()
+        net = create_model(cfg["model"], **{**cfg["model_kwargs"], "decoder": False})
+        state = {k: v for k, v in self.mcae.state_dict().items() if not k.startswith("decoder.")}
+        net.load_state_dict(state)
+        assert isinstance(net, MCAENet)
+        return net.to(self.device).requires_grad_(True)
+
+    def _finetune_optimizer(self, steps_per_epoch: int) -> Any:
+        o, epochs = self.cfg.optim, int(self.cfg.eval.finetune_epochs)
+
+        def make(module: L.LightningModule) -> Any:
+            opt = build_optimizer(module.parameters(), o, lr=float(self.cfg.eval.finetune_lr))
+            if o.scheduler == "none":
+                return opt
+            total = epochs * steps_per_epoch if o.interval == "step" else epochs
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": o.interval}}
+
+        return make
+
+    def _finetune_trainer_kwargs(self, out: Path | None) -> dict[str, Any]:
+        t = self.cfg.trainer
+        kwargs: dict[str, Any] = {
+            "accelerator": t.accelerator,
+            "precision": t.precision,
+            "log_every_n_steps": int(t.log_every_n_steps),
+            "use_distributed_sampler": False,
+        }
+        if out is None:
+            return kwargs
+        return {
+            **kwargs,
+            "default_root_dir": str(out),
+            "logger": RunCSVLogger(out),
+            "enable_checkpointing": True,
+            "callbacks": [
+                ModelCheckpoint(
+                    dirpath=out / "checkpoints",
+                    save_top_k=0,
+                    save_last=True,
+                    every_n_epochs=1,
+                    save_on_train_epoch_end=True,
+                )
+            ],
+            "plugins": [AtomicCheckpointIO()],
+        }
+
+    def finetune_classifier(self, dm: Any) -> tuple[MCAENet, dict[str, float | int]]:
+        """Finetune a decoder-less copy; select on validation loss; test once.
+
+        Returns:
+            The finetuned classifier (selected epoch) and the results of
+            :func:`selfcaps.eval.finetune`.
+        """
+        net = self.classifier()
+        train = dm.train_dataloader()
+        out = self.run_dir / "finetune" if self.run_dir is not None else None
+        t = self.cfg.trainer
+        result = finetune(
+            net,
+            self.info.num_classes,
+            self.info.num_classes,
+            train,
+            dm.eval_loader("val"),
+            dm.eval_loader("test"),
+            epochs=int(self.cfg.eval.finetune_epochs),
+            lr=float(self.cfg.eval.finetune_lr),
+            weight_decay=float(self.cfg.optim.weight_decay),
+            batch_size=int(self.cfg.data.batch_size),
+            head=nn.Identity(),
+            loss_fn=class_nll,
+            select="val_loss",
+            optimizer_fn=self._finetune_optimizer(len(train)),
+            trainer_kwargs=self._finetune_trainer_kwargs(out),
+            seed=mix_seed(self.cfg.seed, 0xF17E) % 2**31,
+            deterministic=bool(t.deterministic),
+            progress_bar=bool(t.progress_bar),
+        )
+        net.eval()
+        if out is not None:
+            self._save_classifier(net, result, out)
+        return net, result
+
+    def _save_classifier(self, net: MCAENet, result: dict[str, Any], out: Path) -> None:
+        cfg = self.model_config()
+        cfg["model_kwargs"]["decoder"] = False
+        state = net.state_dict()
+        save_weights(out / "model.safetensors", state, {**cfg, "method": self.name})
+        best = {
+            "epoch": int(result["best_epoch"]),
+            "state_dict": {f"backbone.{k}": v for k, v in state.items()},
+            "selected_on": "min val_loss",
+        }
+        AtomicCheckpointIO().save_checkpoint(best, out / "checkpoints" / "best.ckpt")
+
+    def evaluate(self, dm: Any) -> dict[str, float | int | str]:
+        """Pretraining val MSE, then finetuning with class capsules and its test accuracy."""
+        metrics: dict[str, float | int | str] = {
+            "pretrain_val_mse": self.validation_mse(dm),
+            "pretrain_epochs": int(self.current_epoch),
+            "backbone": str(self.cfg.model.backbone),
+            "mask_ratio": float(self.cfg.model.mask_ratio),
+        }
+        t0 = time.perf_counter()
+        _, res = self.finetune_classifier(dm)
+        metrics.update(
+            finetune_top1=float(res["test_top1"]),
+            finetune_top5=float(res["test_top5"]),
+            finetune_best_val_loss=float(res["best_val_loss"]),
+            finetune_best_val_top1=float(res["best_val_top1"]),
+            best_finetune_epoch=int(res["best_epoch"]) + 1,
+            finetune_epochs=int(self.cfg.eval.finetune_epochs),
+            finetune_time_s=round(time.perf_counter() - t0, 1),
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ figures
+    def figures(self, dm: Any) -> dict[str, Figure]:
+        """Nearest-neighbour retrieval and ``reconstruction`` (masked input / output / original)."""
+        return {**super().figures(dm), "reconstruction": self.reconstruction_figure(dm)}
+
+    @torch.no_grad()
+    def reconstruction_figure(self, dm: Any, n: int = 8) -> ImageGrid:
+        """Validation images: masked input, reconstruction (visible patches pasted), original."""
+        _, eval_tf = self.build_transforms()
+        val = dm.split("val")
+        idx = torch.linspace(0, len(val) - 1, min(n, len(val))).long().tolist()
+        x = torch.stack([eval_tf(val[i][0]) for i in idx]).to(self.device)
+        was = self.training
+        self.eval()
+        try:
+            g = torch.Generator(device=x.device).manual_seed(mix_seed(self.cfg.seed, 0xF16))
+            masked, recon = self.mcae.reconstruct(self.mcae.forward_pretrain(x, generator=g))
+        finally:
+            self.train(was)
+        rows = [self._displayable(t, x) for t in (masked, recon, x)]
+        return ImageGrid(
+            torch.cat(rows).cpu(),
+            nrow=len(idx),
+            title=f"MCAE, {self.cfg.model.mask_ratio:.0%} of patches masked (validation images)",
+            row_labels=["masked input", "reconstruction", "original"],
+        )
+
+    def _displayable(self, t: Tensor, original: Tensor) -> Tensor:
+        """Undo the normalisation (or, for per-image standardisation, the original's range)."""
+        if str(self.cfg.data.name).startswith("smallnorb"):
+            lo = original.amin(dim=(1, 2, 3), keepdim=True)
+            hi = original.amax(dim=(1, 2, 3), keepdim=True)
+            return ((t - lo) / (hi - lo).clamp_min(1e-8)).clamp(0, 1)
+        mean = torch.tensor(self.info.mean, device=t.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.info.std, device=t.device).view(1, -1, 1, 1)
+        return (t * std + mean).clamp(0, 1)
+
+
+def _input_size(cfg: Any) -> int | None:
+    """The network's input side for a configuration (see :meth:`MCAE.input_size`)."""
+    from selfcaps.data import dataset_info
+
+    name = str(cfg.data.name)
+    if name.startswith("smallnorb"):
+        return int(cfg.augment.crop_size)
+    if name.startswith("imagefolder:"):
+        return int(cfg.augment.image_size)
+    size = dataset_info(name).image_size
+    return int(size[0]) if size else None

@@ -1,0 +1,572 @@
+"""MCAE's network: a self-routing capsule network with a masked-patch capsule decoder.
+
+From "Masked Capsule Autoencoders" (Everett, Zhong, Leontidis, TMLR 2025). No
+reference code is public; this follows the paper (section 3, Fig. 2) and the
+choices below are ours where the paper is silent.
+
+Pipeline of :meth:`MCAENet.forward_pretrain` (pretraining)::
+
+    image -> random masking (MAE style) -> backbone -> primary capsules per position
+          -> keep the visible positions only -> encoder (point-wise self-routing)
+          -> decoder: mask token at every masked position, global capsule layer,
+             one linear layer per position -> patch pixels
+
+and of :meth:`MCAENet.forward` (finetuning / classification)::
+
+    image -> backbone -> primary capsules -> encoder -> class capsules
+          -> class activations averaged over positions
+
+* **Sequence of positions.** The backbone's ``h x w`` grid is flattened row-major
+  into ``L = h * w`` positions (``l = row * w + col``, paper Fig. 2); capsules are
+  ``(B, L, A, D)`` poses with ``(B, L, A)`` activations (``selfcaps.caps`` order).
+* **Backbones.** ``convmixer``: timm's ``ConvMixer`` (depth 4) whose stem is a
+  patch embedding with kernel = stride = patch size. A convolutional network
+  cannot drop positions, so the *pixels* of masked patches are set to zero (the
+  dataset mean after normalisation) before the backbone: nothing of a masked
+  patch's content reaches any feature, in train or eval mode (BatchNorm
+  statistics included). Primary capsules are ``1x1`` convolutions: poses
+  ``BN(conv(f))``, activations ``sigmoid(BN(conv(f)))`` (Hahn et al. 2019).
+  ``vit``: timm's ViT blocks (depth 4, no class token) on patch tokens of width
+  ``primary_caps * caps_dim``; masked tokens are removed *before* the blocks
+  (MAE); a token is reshaped into the poses and ``sigmoid(Linear(token))`` gives
+  the activations.
+* **Masking** (:func:`random_masking`): a random ``floor(L * (1 - mask_ratio))``
+  positions are kept, the rest are removed from the sequence (no zero filling);
+  ``ids_restore`` puts them back in order.
+* **Encoder**: ``encoder_layers`` point-wise self-routing layers
+  (:class:`~selfcaps.caps.SelfRouting1d`, kernel 1, paper eqs. 1-3) of
+  ``encoder_caps`` capsules, each followed by BatchNorm of the poses (as in Hahn
+  et al.'s SR-CapsNet).
+* **Decoder**: one learnable mask token (poses and activations, shared by all
+  masked positions) is inserted at every masked position; a global self-routing
+  layer (:class:`~selfcaps.caps.SelfRoutingDense`: every output position receives
+  votes from every input position, "kernel size = sequence length") gives
+  ``decoder_caps`` capsules per position, whose poses are batch-normalised (as the
+  encoder's); one linear layer per position maps them to the patch's pixels.
+  Self-routing makes the activations of the global layer sum to one over all
+  ``L * decoder_caps`` parents, so they shrink with ``L``; the per-position linear
+  layers read the poses.
+* **Classifier**: a point-wise self-routing layer to one capsule per class;
+  self-routing activations sum to one over the parents (eq. 2), so the class
+  activations averaged over positions are a distribution over classes, and the
+  cross-entropy is ``-log`` of the true class's averaged activation.
+
+The decoder's global layer has ``L * encoder_caps * caps_dim * L * decoder_caps *
+decoder_dim`` pose parameters (quadratic in ``L``): keep ``L`` near 64 (patch 4
+on 32x32 images, patch 8 on 64x64).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from selfcaps.caps import SelfRouting1d, SelfRoutingDense
+from selfcaps.models._registry import register_model
+
+__all__ = [
+    "CapsuleDecoder",
+    "CapsuleEncoder",
+    "ClassCapsules",
+    "ConvMixerPrimaryCaps",
+    "MCAENet",
+    "MaskedReconstruction",
+    "Masking",
+    "ViTPrimaryCaps",
+    "gather_positions",
+    "mcae",
+    "patchify",
+    "random_masking",
+    "restore_positions",
+    "unpatchify",
+]
+
+Backbone = Literal["convmixer", "vit"]
+
+
+# --------------------------------------------------------------------------- sequences
+class Masking(NamedTuple):
+    """A random masking of ``L`` positions per sample.
+
+    Attributes:
+        ids_keep: ``(B, K)`` indices of the visible positions, in the order they are kept.
+        ids_restore: ``(B, L)``: position ``l`` of the full sequence is entry
+            ``ids_restore[b, l]`` of ``cat([visible, masked])``.
+        mask: ``(B, L)`` bool, True where the position is masked.
+    """
+
+    ids_keep: Tensor
+    ids_restore: Tensor
+    mask: Tensor
+
+
+def random_masking(
+    batch: int,
+    length: int,
+    mask_ratio: float,
+    device: torch.device | str | None = None,
+    generator: torch.Generator | None = None,
+) -> Masking:
+    """MAE-style random masking: keep ``floor(length * (1 - mask_ratio))`` random positions.
+
+    Each sample's positions are ranked by uniform noise; the lowest-ranked are
+    kept. At least one position is always kept.
+
+    Args:
+        batch: ``B``.
+        length: ``L``.
+        mask_ratio: Fraction of positions to mask, in ``[0, 1)``.
+        device: Where to build the indices.
+        generator: RNG for the noise (default: the global one).
+
+    Returns:
+        The :class:`Masking`.
+
+    Examples:
+        >>> m = random_masking(2, 8, 0.5, generator=torch.Generator().manual_seed(0))
+        >>> m.ids_keep.shape, int(m.mask.sum())
+        (torch.Size([2, 4]), 8)
+    """
+    if not 0.0 <= mask_ratio < 1.0:
+        raise ValueError(f"mask_ratio must be in [0, 1), got {mask_ratio}")
+    keep = max(1, int(length * (1.0 - mask_ratio)))
+    rng_device = generator.device if generator is not None else device
+    noise = torch.rand(batch, length, generator=generator, device=rng_device).to(device)
+    ids_shuffle = noise.argsort(dim=1)
+    ids_restore = ids_shuffle.argsort(dim=1)
+    mask = torch.ones(batch, length, dtype=torch.bool, device=noise.device)
+    mask[:, :keep] = False
+    return Masking(ids_shuffle[:, :keep], ids_restore, mask.gather(1, ids_restore))
+
+
+def gather_positions(x: Tensor, ids: Tensor) -> Tensor:
+    """``x[b, ids[b]]`` for a sequence ``x`` of shape ``(B, L, ...)`` and indices ``(B, K)``."""
+    idx = ids.view(*ids.shape, *([1] * (x.dim() - 2))).expand(*ids.shape, *x.shape[2:])
+    return x.gather(1, idx)
+
+
+def restore_positions(visible: Tensor, token: Tensor, ids_restore: Tensor) -> Tensor:
+    """Insert ``token`` at the masked positions and restore the original order.
+
+    Args:
+        visible: ``(B, K, ...)`` values at the kept positions (in ``ids_keep`` order).
+        token: ``(...)`` value inserted at every masked position.
+        ids_restore: ``(B, L)`` from :func:`random_masking`.
+
+    Returns:
+        ``(B, L, ...)``.
+    """
+    B, K = visible.shape[:2]
+    L = ids_restore.shape[1]
+    fill = token.to(visible.dtype).expand(B, L - K, *visible.shape[2:])
+    return gather_positions(torch.cat([visible, fill], dim=1), ids_restore)
+
+
+def patchify(images: Tensor, patch_size: int) -> Tensor:
+    """Images ``(B, C, H, W)`` to patches ``(B, L, p * p * C)``, positions row-major.
+
+    Position ``l = row * (W // p) + col``; inside a patch the pixels are ordered
+    ``(dy, dx, channel)`` (as in MAE).
+    """
+    B, C, H, W = images.shape
+    p = patch_size
+    if H % p or W % p:
+        raise ValueError(f"image size {H}x{W} is not a multiple of the patch size {p}")
+    x = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)
+    return x.reshape(B, (H // p) * (W // p), p * p * C)
+
+
+def unpatchify(patches: Tensor, patch_size: int, grid: tuple[int, int], channels: int) -> Tensor:
+    """Inverse of :func:`patchify`: ``(B, L, p * p * C)`` to ``(B, C, h * p, w * p)``."""
+    B = patches.shape[0]
+    (h, w), p = grid, patch_size
+    x = patches.reshape(B, h, w, p, p, channels).permute(0, 5, 1, 3, 2, 4)
+    return x.reshape(B, channels, h * p, w * p)
+
+
+def _pixel_mask(mask: Tensor, grid: tuple[int, int], patch_size: int) -> Tensor:
+    """``(B, L)`` position mask to a ``(B, 1, H, W)`` pixel mask."""
+    m = mask.view(mask.shape[0], 1, *grid).to(torch.float32)
+    return m.repeat_interleave(patch_size, dim=2).repeat_interleave(patch_size, dim=3)
+
+
+# --------------------------------------------------------------------------- primary capsules
+class ConvMixerPrimaryCaps(nn.Module):
+    """timm ``ConvMixer`` (patch-embedding stem) + point-wise primary capsules.
+
+    Args:
+        in_chans: Image channels.
+        patch_size: Stem kernel and stride.
+        dim: ConvMixer width.
+        depth: ConvMixer blocks.
+        kernel_size: Depthwise kernel of the blocks.
+        primary_caps: Capsules per position ``A``.
+        caps_dim: Pose dimension ``D``.
+    """
+
+    def __init__(
+        self,
+        in_chans: int,
+        patch_size: int,
+        dim: int,
+        depth: int,
+        kernel_size: int,
+        primary_caps: int,
+        caps_dim: int,
+    ) -> None:
+        super().__init__()
+        from timm.models.convmixer import ConvMixer  # timm imports all its models: lazily
+
+        self.mixer = ConvMixer(
+            dim, depth, kernel_size=kernel_size, patch_size=patch_size, in_chans=in_chans,
+            num_classes=0, global_pool="",
+        )  # fmt: skip
+        self.pose = nn.Sequential(nn.Conv2d(dim, primary_caps * caps_dim, 1), nn.BatchNorm2d(
+            primary_caps * caps_dim))  # fmt: skip
+        self.act = nn.Sequential(nn.Conv2d(dim, primary_caps, 1), nn.BatchNorm2d(primary_caps))
+        self.patch_size, self.primary_caps, self.caps_dim = patch_size, primary_caps, caps_dim
+        self.num_features = dim
+
+    def features(self, x: Tensor, masking: Masking | None) -> Tensor:
+        """The backbone feature map ``(B, dim, h, w)``; masked patches are zeroed first."""
+        if masking is not None:
+            grid = (x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size)
+            x = x * (1.0 - _pixel_mask(masking.mask, grid, self.patch_size).to(x.dtype))
+        return self.mixer.forward_features(x)
+
+    def forward(self, x: Tensor, masking: Masking | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(poses (B, K, A, D), activations (B, K, A), backbone (B, K, dim))`` of kept positions.
+
+        Without ``masking`` every position is kept (``K = L``).
+        """
+        f = self.features(x, masking)
+        B = f.shape[0]
+        pose = self.pose(f).flatten(2).transpose(1, 2)  # (B, L, A*D)
+        act = torch.sigmoid(self.act(f)).flatten(2).transpose(1, 2)  # (B, L, A)
+        feat = f.flatten(2).transpose(1, 2)
+        if masking is not None:
+            pose, act, feat = (gather_positions(t, masking.ids_keep) for t in (pose, act, feat))
+        return pose.reshape(B, -1, self.primary_caps, self.caps_dim), act, feat
+
+
+class ViTPrimaryCaps(nn.Module):
+    """timm ViT blocks on patch tokens; a token of width ``A * D`` is reshaped into poses.
+
+    Masked tokens are removed after the patch embedding and position embedding,
+    before the blocks (MAE). Activations are ``sigmoid(Linear(token))``.
+
+    Args:
+        img_size: Image side.
+        in_chans: Image channels.
+        patch_size: Patch side.
+        depth: Transformer blocks.
+        num_heads: Attention heads (must divide ``primary_caps * caps_dim``).
+        primary_caps: Capsules per position ``A``.
+        caps_dim: Pose dimension ``D``.
+    """
+
+    def __init__(
+        self,
+        img_size: int,
+        in_chans: int,
+        patch_size: int,
+        depth: int,
+        num_heads: int,
+        primary_caps: int,
+        caps_dim: int,
+    ) -> None:
+        super().__init__()
+        width = primary_caps * caps_dim
+        if width % num_heads:
+            raise ValueError(
+                f"the ViT token width primary_caps * caps_dim = {width} is not divisible by "
+                f"num_heads = {num_heads}"
+            )
+        from timm.models.vision_transformer import VisionTransformer
+
+        self.vit = VisionTransformer(
+            img_size=img_size, patch_size=patch_size, in_chans=in_chans, num_classes=0,
+            global_pool="", embed_dim=width, depth=depth, num_heads=num_heads,
+            class_token=False,
+        )  # fmt: skip
+        self.act = nn.Linear(width, primary_caps)
+        self.primary_caps, self.caps_dim = primary_caps, caps_dim
+        self.num_features = width
+
+    def forward(self, x: Tensor, masking: Masking | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(poses (B, K, A, D), activations (B, K, A), tokens (B, K, A * D))``."""
+        v = self.vit
+        tokens = v.pos_drop(v.patch_embed(x) + v.pos_embed)
+        if masking is not None:
+            tokens = gather_positions(tokens, masking.ids_keep)
+        tokens = v.norm(v.blocks(v.norm_pre(tokens)))
+        B, K, _ = tokens.shape
+        pose = tokens.reshape(B, K, self.primary_caps, self.caps_dim)
+        return pose, torch.sigmoid(self.act(tokens)), tokens
+
+
+# --------------------------------------------------------------------------- capsule layers
+class CapsuleEncoder(nn.Module):
+    """Point-wise self-routing layers (paper eqs. 1-3), each followed by BatchNorm of the poses.
+
+    Args:
+        in_caps: Primary capsules per position.
+        caps: Capsules per position of every layer.
+        caps_dim: Pose dimension (kept through the layers).
+        layers: Number of layers.
+    """
+
+    def __init__(self, in_caps: int, caps: int, caps_dim: int, layers: int) -> None:
+        super().__init__()
+        sizes = [in_caps] + [caps] * layers
+        self.layers = nn.ModuleList(
+            SelfRouting1d(a, b, caps_dim, caps_dim) for a, b in itertools.pairwise(sizes)
+        )
+        self.norms = nn.ModuleList(nn.BatchNorm1d(caps * caps_dim) for _ in range(layers))
+
+    def forward(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
+        """Map ``(B, K, A, D)`` poses and ``(B, K, A)`` activations; positions never mix."""
+        for layer, norm in zip(self.layers, self.norms, strict=True):
+            pose, act = layer(pose, act)
+            shape = pose.shape
+            pose = norm(pose.reshape(-1, shape[2] * shape[3])).view(shape)
+        return pose, act
+
+
+class CapsuleDecoder(nn.Module):
+    """Mask token, global self-routing layer, BatchNorm of its poses, one linear per position.
+
+    Args:
+        positions: ``L``.
+        in_caps: Encoder capsules per position.
+        in_dim: Encoder pose dimension.
+        caps: Decoder capsules per position.
+        caps_dim: Decoder pose dimension.
+        patch_pixels: Outputs per position (``p * p * C``).
+    """
+
+    def __init__(
+        self,
+        positions: int,
+        in_caps: int,
+        in_dim: int,
+        caps: int,
+        caps_dim: int,
+        patch_pixels: int,
+    ) -> None:
+        super().__init__()
+        self.mask_pose = nn.Parameter(torch.empty(in_caps, in_dim))
+        nn.init.normal_(self.mask_pose, std=0.02)
+        # softmax(0) = 1 / in_caps: the scale of an encoder position's activations,
+        # which sum to one over its capsules (eq. 2).
+        self.mask_act_logits = nn.Parameter(torch.zeros(in_caps))
+        self.route = SelfRoutingDense(
+            positions * in_caps, positions * caps, in_dim, caps_dim, out_positions=positions
+        )
+        self.norm = nn.BatchNorm1d(caps * caps_dim)
+        fan_in = caps * caps_dim
+        bound = 1.0 / math.sqrt(fan_in)
+        self.weight = nn.Parameter(torch.empty(positions, fan_in, patch_pixels).uniform_(
+            -bound, bound))  # fmt: skip
+        self.bias = nn.Parameter(torch.empty(positions, patch_pixels).uniform_(-bound, bound))
+
+    def forward(self, pose: Tensor, act: Tensor, ids_restore: Tensor) -> Tensor:
+        """Visible ``(B, K, A, D)`` poses and activations to patch pixels ``(B, L, P)``."""
+        full_pose = restore_positions(pose, self.mask_pose, ids_restore)
+        full_act = restore_positions(act, torch.softmax(self.mask_act_logits, 0), ids_restore)
+        out_pose, _ = self.route(full_pose, full_act)  # (B, L, caps, caps_dim)
+        B, L = out_pose.shape[:2]
+        flat = self.norm(out_pose.reshape(B * L, -1)).view(B, L, -1).transpose(0, 1)
+        return torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight).transpose(0, 1)
+
+
+class ClassCapsules(nn.Module):
+    """Point-wise self-routing to one capsule per class; activations averaged over positions.
+
+    Args:
+        in_caps: Encoder capsules per position.
+        in_dim: Encoder pose dimension.
+        num_classes: Class capsules.
+        caps_dim: Class pose dimension.
+    """
+
+    def __init__(self, in_caps: int, in_dim: int, num_classes: int, caps_dim: int) -> None:
+        super().__init__()
+        self.route = SelfRouting1d(in_caps, num_classes, in_dim, caps_dim)
+
+    def forward(self, pose: Tensor, act: Tensor) -> Tensor:
+        """Class probabilities ``(B, num_classes)``: per-position activations, averaged."""
+        _, class_act = self.route(pose, act)
+        return class_act.mean(dim=1)
+
+
+# --------------------------------------------------------------------------- network
+class MaskedReconstruction(NamedTuple):
+    """Output of :meth:`MCAENet.forward_pretrain`.
+
+    Attributes:
+        pred: ``(B, L, P)`` predicted pixels of every patch.
+        target: ``(B, L, P)`` the input's patches.
+        mask: ``(B, L)`` bool, True where masked.
+    """
+
+    pred: Tensor
+    target: Tensor
+    mask: Tensor
+
+
+class MCAENet(nn.Module):
+    """Masked Capsule Autoencoder (see the module docstring).
+
+    Args:
+        img_size: Input side (square images; a multiple of ``patch_size``).
+        in_chans: Image channels.
+        num_classes: Class capsules of the finetuning head.
+        backbone: ``"convmixer"`` or ``"vit"``.
+        patch_size: Patch side (the ConvMixer stem's kernel and stride).
+        dim: ConvMixer width (ignored by the ViT, whose width is ``primary_caps * caps_dim``).
+        depth: Backbone blocks.
+        kernel_size: ConvMixer depthwise kernel.
+        num_heads: ViT attention heads.
+        primary_caps: Primary capsules per position.
+        caps_dim: Pose dimension of the primary and encoder capsules.
+        encoder_layers: Point-wise self-routing layers.
+        encoder_caps: Capsules per position of each encoder layer.
+        decoder_caps: Capsules per position of the decoder's global layer.
+        decoder_dim: Their pose dimension.
+        class_caps_dim: Pose dimension of the class capsules.
+        mask_ratio: Default fraction of masked positions in :meth:`forward_pretrain`.
+        decoder: Build the decoder (False for a finetuned classifier, which drops it).
+
+    Examples:
+        >>> net = MCAENet(img_size=16, patch_size=4, dim=16, primary_caps=4, caps_dim=4,
+        ...               encoder_caps=4, decoder_caps=2, decoder_dim=4, class_caps_dim=4)
+        >>> x = torch.randn(2, 3, 16, 16)
+        >>> out = net.forward_pretrain(x)
+        >>> out.pred.shape, int(out.mask.sum()), net(x).shape
+        (torch.Size([2, 16, 48]), 16, torch.Size([2, 10]))
+    """
+
+    def __init__(
+        self,
+        img_size: int = 32,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        backbone: Backbone = "convmixer",
+        patch_size: int = 4,
+        dim: int = 256,
+        depth: int = 4,
+        kernel_size: int = 9,
+        num_heads: int = 4,
+        primary_caps: int = 16,
+        caps_dim: int = 16,
+        encoder_layers: int = 3,
+        encoder_caps: int = 16,
+        decoder_caps: int = 4,
+        decoder_dim: int = 16,
+        class_caps_dim: int = 16,
+        mask_ratio: float = 0.5,
+        decoder: bool = True,
+    ) -> None:
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
+        self.img_size, self.in_chans, self.patch_size = img_size, in_chans, patch_size
+        self.grid = (img_size // patch_size, img_size // patch_size)
+        self.num_positions = self.grid[0] * self.grid[1]
+        self.mask_ratio = mask_ratio
+        self.backbone: ConvMixerPrimaryCaps | ViTPrimaryCaps
+        if backbone == "convmixer":
+            self.backbone = ConvMixerPrimaryCaps(
+                in_chans, patch_size, dim, depth, kernel_size, primary_caps, caps_dim
+            )
+        elif backbone == "vit":
+            self.backbone = ViTPrimaryCaps(
+                img_size, in_chans, patch_size, depth, num_heads, primary_caps, caps_dim
+            )
+        else:
+            raise ValueError(f"backbone must be 'convmixer' or 'vit', got {backbone!r}")
+        self.encoder = CapsuleEncoder(primary_caps, encoder_caps, caps_dim, encoder_layers)
+        self.decoder = (
+            CapsuleDecoder(
+                self.num_positions, encoder_caps, caps_dim, decoder_caps, decoder_dim,
+                patch_size * patch_size * in_chans,
+            )
+            if decoder
+            else None
+        )  # fmt: skip
+        self.class_caps = ClassCapsules(encoder_caps, caps_dim, num_classes, class_caps_dim)
+        self.num_classes = num_classes
+        self.num_features = self.backbone.num_features
+
+    def _check_input(self, x: Tensor, exact: bool) -> None:
+        ok = x.dim() == 4 and x.shape[1] == self.in_chans
+        if exact:
+            ok = ok and tuple(x.shape[-2:]) == (self.img_size, self.img_size)
+        if not ok:
+            size = f"{self.img_size}, {self.img_size}" if exact else "H, W"
+            raise ValueError(
+                f"MCAENet expects images (B, {self.in_chans}, {size}), got {tuple(x.shape)}"
+            )
+
+    def encode(self, x: Tensor, masking: Masking | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Encoder capsules of the kept positions: ``(poses, activations, backbone features)``."""
+        self._check_input(x, exact=masking is not None or isinstance(self.backbone, ViTPrimaryCaps))
+        pose, act, feat = self.backbone(x, masking)
+        pose, act = self.encoder(pose, act)
+        return pose, act, feat
+
+    def forward_pretrain(
+        self,
+        x: Tensor,
+        mask_ratio: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> MaskedReconstruction:
+        """Mask, encode the visible positions, decode every patch.
+
+        Args:
+            x: Images ``(B, C, img_size, img_size)``.
+            mask_ratio: Fraction of masked positions (default: the network's).
+            generator: RNG of the masking (default: the global RNG).
+        """
+        if self.decoder is None:
+            raise RuntimeError("this MCAENet was built without its decoder (decoder=False)")
+        ratio = self.mask_ratio if mask_ratio is None else mask_ratio
+        masking = random_masking(x.shape[0], self.num_positions, ratio, x.device, generator)
+        pose, act, _ = self.encode(x, masking)
+        pred = self.decoder(pose, act, masking.ids_restore)
+        return MaskedReconstruction(pred, patchify(x, self.patch_size), masking.mask)
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """Backbone features averaged over positions, ``(B, num_features)``."""
+        return self.encode(x)[2].mean(dim=1)
+
+    def capsule_features(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder ``(poses (B, L, A, D), activations (B, L, A))`` of every position."""
+        pose, act, _ = self.encode(x)
+        return pose, act
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Class probabilities ``(B, num_classes)`` (class activations averaged over positions)."""
+        return self.class_caps(*self.capsule_features(x))
+
+    def reconstruct(self, out: MaskedReconstruction) -> tuple[Tensor, Tensor]:
+        """Images ``(masked input, reconstruction with the visible patches pasted in)``."""
+        keep = (~out.mask).unsqueeze(-1).to(out.pred.dtype)
+        masked = unpatchify(out.target * keep, self.patch_size, self.grid, self.in_chans)
+        pasted = out.pred * (1 - keep) + out.target * keep
+        return masked, unpatchify(pasted, self.patch_size, self.grid, self.in_chans)
+
+
+@register_model
+def mcae(**kwargs: object) -> MCAENet:
+    """MCAE with the ConvMixer backbone (see :class:`MCAENet` for the arguments).
+
+    Args:
+        **kwargs: Overrides of :class:`MCAENet`'s arguments.
+    """
+    return MCAENet(**kwargs)  # type: ignore[arg-type]

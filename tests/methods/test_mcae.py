@@ -1,0 +1,177 @@
+"""How MCAE learns: the masked-patch loss, the class-capsule loss, transforms, selection."""
+
+import math
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from omegaconf import OmegaConf
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from selfcaps.cli.config import load_config
+from selfcaps.eval import finetune
+from selfcaps.methods.mcae import (
+    MCAE,
+    PerImageStandardize,
+    _input_size,
+    class_nll,
+    masked_patch_mse,
+)
+from selfcaps.models.mcae import MaskedReconstruction, MCAENet, random_masking
+from tests.models.test_mcae_model import one_thread  # noqa: F401  (autouse fixture)
+
+
+def reconstruction(seed=0, B=3, L=8, P=5):
+    g = torch.Generator().manual_seed(seed)
+    pred = torch.randn(B, L, P, generator=g, requires_grad=True)
+    target = torch.randn(B, L, P, generator=g, requires_grad=True)
+    mask = random_masking(B, L, 0.5, generator=g).mask
+    return MaskedReconstruction(pred, target, mask)
+
+
+def test_masked_mse_against_a_loop():
+    out = reconstruction()
+    pred, target = out.pred.detach(), out.target.detach()
+    total, count = 0.0, 0
+    for b in range(3):
+        for pos in range(8):
+            if out.mask[b, pos]:
+                for p, t in zip(pred[b, pos].tolist(), target[b, pos].tolist(), strict=True):
+                    total += (p - t) ** 2
+                    count += 1
+    assert math.isclose(masked_patch_mse(out).item(), total / count, rel_tol=1e-5)
+    everything = ((out.pred - out.target) ** 2).sum().item() / out.pred.numel()
+    assert math.isclose(masked_patch_mse(out, masked_only=False).item(), everything, rel_tol=1e-5)
+
+
+def test_no_gradient_from_visible_patches_when_masked_only():
+    out = reconstruction(1)
+    masked_patch_mse(out).backward()
+    for grad in (out.pred.grad, out.target.grad):
+        assert (grad[~out.mask] == 0).all()
+        assert (grad[out.mask].abs().sum(-1) > 0).all()
+    out = reconstruction(1)
+    masked_patch_mse(out, masked_only=False).backward()
+    assert (out.pred.grad[~out.mask].abs().sum(-1) > 0).all()  # the Table 3 ablation
+
+
+def test_no_gradient_reaches_visible_patch_outputs_through_the_network():
+    torch.manual_seed(0)
+    net = MCAENet(
+        dim=8, kernel_size=3, primary_caps=2, caps_dim=4, encoder_caps=2, decoder_caps=1,
+        decoder_dim=4, class_caps_dim=4,
+    )  # fmt: skip
+    out = net.forward_pretrain(torch.randn(2, 3, 32, 32))
+    out.pred.retain_grad()
+    masked_patch_mse(out).backward()
+    assert (out.pred.grad[~out.mask] == 0).all()
+    assert (out.pred.grad[out.mask] != 0).any(dim=-1).all()
+
+
+def test_class_nll_is_cross_entropy_of_probabilities():
+    probs = torch.softmax(torch.randn(4, 3), dim=1)
+    y = torch.tensor([0, 2, 1, 2])
+    expected = -sum(math.log(float(probs[i, y[i]])) for i in range(4)) / 4
+    assert math.isclose(float(class_nll(probs, y)), expected, rel_tol=1e-6)
+    torch.testing.assert_close(class_nll(probs, y), nn.functional.cross_entropy(probs.log(), y))
+
+
+def test_per_image_standardize_matches_numpy():
+    x = torch.rand(1, 6, 5) * 255
+    out = PerImageStandardize()(x)
+    arr = x.numpy()
+    expected = (arr - arr.mean()) / max(arr.std(), 1 / math.sqrt(arr.size))
+    torch.testing.assert_close(out, torch.from_numpy(expected), rtol=1e-5, atol=1e-5)
+    flat = PerImageStandardize()(torch.full((1, 2, 2), 3.0))
+    assert torch.equal(flat, torch.zeros(1, 2, 2))  # constant image: no division by zero
+
+
+def method_for(data, **overrides):
+    pairs = [("data.name", data), ("model.dim", 8), ("model.decoder_caps", 1), *overrides.items()]
+    return MCAE(load_config("mcae", "quick", pairs))
+
+
+@pytest.mark.parametrize(
+    ("data", "raw", "size"),
+    [("cifar10", (3, 32, 32), 32), ("fashion_mnist", (1, 28, 28), 28),
+     ("smallnorb", (1, 48, 48), 32)],
+)  # fmt: skip
+def test_transforms_and_input_size_per_dataset(data, raw, size):
+    method = method_for(data)
+    assert method.input_size() == size == method.mcae.img_size
+    train, evaluate = method.build_transforms()
+    img = torch.randint(0, 256, raw, dtype=torch.uint8)
+    a, b = train(img), evaluate(img)
+    assert a.shape == b.shape == (raw[0], size, size)
+    assert torch.equal(b, evaluate(img))  # evaluation is deterministic
+    if data == "smallnorb":  # standardised per image; the centre crop for evaluation
+        assert abs(float(b.mean())) < 1e-5 and abs(float(b.std(unbiased=False)) - 1) < 1e-4
+        centre = img[:, 8:40, 8:40].float() / 255
+        torch.testing.assert_close(b, PerImageStandardize()(centre), rtol=1e-5, atol=1e-5)
+
+
+def test_class_capsules_frozen_in_pretraining_and_trained_in_finetuning():
+    method = method_for("mnist5k", **{"optim.scheduler": "none"})
+    head = list(method.mcae.class_caps.parameters())
+    assert head and not any(p.requires_grad for p in head)
+    groups = method.configure_optimizers().param_groups
+    trained = {id(p) for group in groups for p in group["params"]}
+    assert not trained & {id(p) for p in head}
+    clf = method.classifier()
+    assert clf.decoder is None and all(p.requires_grad for p in clf.parameters())
+    for k, v in clf.state_dict().items():  # a copy of the current weights, decoder dropped
+        torch.testing.assert_close(v, method.mcae.state_dict()[k])
+
+
+def test_image_folder_input_size_comes_from_the_preset():
+    cfg = load_config("mcae", "quick", [("model.patch_size", 8)])
+    cfg.data.name = "imagefolder:imagenette2"  # resized to augment.image_size (paper: 64)
+    assert _input_size(cfg) == 64
+    MCAE.validate_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [("model.mask_ratio", 1.0, "model.mask_ratio"), ("model.patch_size", 5, "model.patch_size"),
+     ("eval.finetune_epochs", 0, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim")],
+)  # fmt: skip
+def test_validate_config_names_the_key(key, value, message):
+    cfg = load_config("mcae", "quick")
+    OmegaConf.update(cfg, key, value)
+    with pytest.raises(ValueError, match=message):
+        MCAE.validate_config(cfg)
+
+
+def test_finetune_selects_the_lowest_validation_loss():
+    """``select='val_loss'`` keeps (and tests) the epoch whose mean validation loss is lowest."""
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(96) % 2
+    x = torch.randn(96, 4, generator=g) + 0.5 * (2 * y - 1)[:, None]
+    train, val, test = (TensorDataset(x[i::3], y[i::3]) for i in range(3))
+    torch.manual_seed(0)
+    net = nn.Linear(4, 2)
+    losses, states = [], []
+
+    class Independent(Callback):  # the validation loss, computed here after every epoch
+        def on_validation_end(self, trainer, module):
+            with torch.no_grad():
+                losses.append(
+                    float(nn.functional.cross_entropy(net(val.tensors[0]), val.tensors[1]))
+                )
+            states.append({k: v.clone() for k, v in net.state_dict().items()})
+
+    def sgd(module):  # large steps, so the validation loss goes up and down
+        return torch.optim.SGD(module.parameters(), lr=3.0)
+
+    res = finetune(
+        net, 4, 2, train, val, test, epochs=5, lr=0.1, weight_decay=0.0, batch_size=8,
+        head=nn.Identity(), select="val_loss", optimizer_fn=sgd,
+        trainer_kwargs={"callbacks": [Independent()]},
+    )  # fmt: skip
+    assert len(losses) == 5
+    best = losses.index(min(losses))
+    assert res["best_epoch"] == best
+    assert math.isclose(res["best_val_loss"], losses[best], rel_tol=1e-5)
+    for k, v in net.state_dict().items():  # the network holds the selected epoch's weights
+        torch.testing.assert_close(v, states[best][k])

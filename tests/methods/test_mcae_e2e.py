@@ -1,0 +1,117 @@
+"""End-to-end MCAE runs on a tiny budget: every file, consistent selections, the baseline."""
+
+import csv
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import selfcaps
+from selfcaps.cli import main
+from selfcaps.data import get_dataset
+from selfcaps.methods.io import load_checkpoint
+
+TINY = [
+    "--no-progress",
+    "--data",
+    "mnist5k",
+    "--batch-size",
+    "32",
+    "--deterministic",
+    "--threads",
+    "1",
+    "data.train_subset=64",
+    "data.eval_batch_size=500",
+    "model.dim=16",
+    "model.kernel_size=3",
+    "model.primary_caps=4",
+    "model.caps_dim=4",
+    "model.encoder_caps=4",
+    "model.decoder_caps=1",
+    "model.decoder_dim=4",
+    "model.class_caps_dim=4",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mcae") / "run"
+    args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", "2", "--finetune-epochs", "2"]
+    assert main([*args, *TINY]) == 0
+    return out
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_directory_has_every_file(run_dir):
+    for name in (
+        "config.yaml",
+        "metrics.json",
+        "metrics.csv",
+        "model.safetensors",
+        "config.json",
+        "checkpoints/last.ckpt",
+        "checkpoints/best.ckpt",
+        "figures/curves.png",
+        "figures/retrieval.png",
+        "figures/reconstruction.png",
+        "finetune/metrics.csv",
+        "finetune/model.safetensors",
+        "finetune/config.json",
+        "finetune/checkpoints/last.ckpt",
+        "finetune/checkpoints/best.ckpt",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+
+
+def test_metrics_and_selections_are_consistent(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert all(isinstance(v, int | float | str) for v in m.values())
+    assert m["pretrain_epochs"] == m["epochs_trained"] == 2 and m["finetune_epochs"] == 2
+    assert 0.0 <= m["finetune_top1"] <= m["finetune_top5"] <= 100.0
+    # pretraining: best.ckpt is the epoch of lowest val_mse, and evaluate() recomputes it
+    val_mse = [float(r["val_mse"]) for r in rows(run_dir / "metrics.csv") if r.get("val_mse")]
+    assert len(val_mse) == 2
+    assert m["best_epoch"] == val_mse.index(min(val_mse)) + 1
+    assert m["pretrain_val_mse"] == pytest.approx(min(val_mse), rel=1e-4)
+    # finetuning: the selected epoch has the lowest validation loss of finetune/metrics.csv
+    ft = [r for r in rows(run_dir / "finetune" / "metrics.csv") if r.get("val_loss")]
+    losses = [float(r["val_loss"]) for r in ft]
+    assert len(losses) == 2
+    assert m["best_finetune_epoch"] == losses.index(min(losses)) + 1
+    assert m["finetune_best_val_loss"] == pytest.approx(min(losses), rel=1e-4)
+    best = load_checkpoint(run_dir / "finetune" / "checkpoints" / "best.ckpt")
+    assert best["epoch"] + 1 == m["best_finetune_epoch"]
+
+
+def test_weights_load_without_lightning_and_reproduce_the_test_accuracy(run_dir):
+    cfg = json.loads((run_dir / "config.json").read_text())
+    net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"]).eval()
+    net.load_state_dict(load_file(run_dir / "model.safetensors"))
+    assert net.forward_pretrain(torch.zeros(2, 1, 28, 28)).pred.shape == (2, 49, 16)
+    cfg = json.loads((run_dir / "finetune" / "config.json").read_text())
+    assert cfg["model_kwargs"]["decoder"] is False
+    clf = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"]).eval()
+    clf.load_state_dict(load_file(run_dir / "finetune" / "model.safetensors"))
+    test = get_dataset("mnist5k", split="test")
+    x = (test.data.float() / 255 - 0.1312) / 0.3084  # the evaluation transform, by hand
+    with torch.no_grad():
+        top1 = (clf(x).argmax(1) == test.targets).float().mean().item() * 100
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert top1 == pytest.approx(m["finetune_top1"], abs=1e-3)
+
+
+def test_no_pretraining_baseline(tmp_path):
+    out = tmp_path / "baseline"
+    args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", "0", "--finetune-epochs", "1"]
+    assert main([*args, *TINY]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["pretrain_epochs"] == m["epochs_trained"] == 0 and m["steps"] == 0
+    assert m["finetune_epochs"] == 1 and m["best_finetune_epoch"] == 1
+    assert (out / "figures" / "reconstruction.png").is_file()
+    assert (out / "finetune" / "model.safetensors").is_file()

@@ -1,0 +1,247 @@
+"""MCAE's network: masking, patch order, leakage, decoder and classifier maths, shapes."""
+
+import math
+
+import pytest
+import torch
+
+import selfcaps
+from selfcaps.models.mcae import (
+    CapsuleDecoder,
+    ClassCapsules,
+    MCAENet,
+    gather_positions,
+    patchify,
+    random_masking,
+    restore_positions,
+    unpatchify,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one thread avoids OpenMP hand-offs on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+TINY = dict(
+    dim=16, kernel_size=3, num_heads=2, primary_caps=4, caps_dim=4, encoder_caps=4,
+    decoder_caps=2, decoder_dim=4, class_caps_dim=4,
+)  # fmt: skip
+
+
+def tiny(**kwargs):
+    torch.manual_seed(0)
+    return MCAENet(**{**TINY, **kwargs})
+
+
+CASES = [(64, 0.5), (49, 0.5), (49, 0.75), (16, 0.9), (7, 0.0)]
+
+
+@pytest.mark.parametrize(("length", "ratio"), CASES)
+def test_masking_keeps_exactly_the_requested_count(length, ratio):
+    g = torch.Generator().manual_seed(length)
+    m = random_masking(5, length, ratio, generator=g)
+    keep = max(1, int(length * (1 - ratio)))
+    assert m.ids_keep.shape == (5, keep)
+    assert (m.mask.sum(dim=1) == length - keep).all()
+    for b in range(5):
+        kept = m.ids_keep[b].tolist()
+        assert len(set(kept)) == keep  # no position kept twice
+        assert [i for i in range(length) if not m.mask[b, i]] == sorted(kept)
+
+
+def test_masking_is_random_per_sample_and_reproducible():
+    a = random_masking(4, 64, 0.5, generator=torch.Generator().manual_seed(1))
+    b = random_masking(4, 64, 0.5, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a.ids_keep, b.ids_keep)
+    assert len({tuple(r.tolist()) for r in a.mask}) == 4
+    with pytest.raises(ValueError, match="mask_ratio"):
+        random_masking(1, 4, 1.0)
+
+
+def test_restore_puts_visible_values_back_in_order_and_token_elsewhere():
+    B, L = 3, 10
+    x = torch.randn(B, L, 2, 5)
+    token = torch.full((2, 5), 7.0)
+    m = random_masking(B, L, 0.6, generator=torch.Generator().manual_seed(3))
+    visible = gather_positions(x, m.ids_keep)
+    for b in range(B):  # gather, checked by a loop
+        for k, i in enumerate(m.ids_keep[b].tolist()):
+            assert torch.equal(visible[b, k], x[b, i])
+    full = restore_positions(visible, token, m.ids_restore)
+    for b in range(B):
+        for i in range(L):
+            assert torch.equal(full[b, i], token if m.mask[b, i] else x[b, i])
+
+
+def test_patchify_order_against_a_loop_and_inverse():
+    x = torch.randn(2, 3, 8, 12)
+    p = 4
+    patches = patchify(x, p)
+    assert patches.shape == (2, 2 * 3, p * p * 3)
+    for r in range(2):
+        for c in range(3):
+            block = x[:, :, r * p : (r + 1) * p, c * p : (c + 1) * p]  # (B, C, p, p)
+            expected = block.permute(0, 2, 3, 1).reshape(2, -1)  # (dy, dx, channel)
+            torch.testing.assert_close(patches[:, r * 3 + c], expected, rtol=0, atol=0)
+    assert torch.equal(unpatchify(patches, p, (2, 3), 3), x)
+
+
+def test_convmixer_stem_is_a_patch_embedding():
+    """Changing patch j changes stem token j only: kernel = stride = patch size."""
+    net = tiny().eval()
+    stem = net.backbone.mixer.stem
+    x = torch.randn(1, 3, 32, 32)
+    base = stem(x)
+    for j in (0, 9, 63):
+        r, c = divmod(j, 8)
+        y = x.clone()
+        y[:, :, 4 * r : 4 * r + 4, 4 * c : 4 * c + 4] += torch.randn(3, 4, 4)
+        changed = (stem(y) - base).abs().amax(dim=1).flatten() > 0
+        assert changed.nonzero().flatten().tolist() == [j]
+
+
+@pytest.mark.parametrize("backbone", ["convmixer", "vit"])
+@pytest.mark.parametrize("train", [True, False])
+def test_masked_patches_never_reach_visible_features(backbone, train):
+    """Rewriting every masked patch changes no visible position's encoder capsules."""
+    net = tiny(backbone=backbone).train(train)
+    x = torch.randn(4, 3, 32, 32)
+    m = random_masking(4, 64, 0.5, generator=torch.Generator().manual_seed(0))
+    pixels = m.mask.view(4, 1, 8, 8).repeat_interleave(4, 2).repeat_interleave(4, 3)
+    y = torch.where(pixels, torch.randn_like(x) * 5, x)
+    with torch.no_grad():
+        a, b = net.encode(x, m), net.encode(y, m)
+    for ta, tb in zip(a, b, strict=True):
+        assert torch.equal(ta, tb)
+    # control: the same change made to a visible patch does change the features
+    z = x.clone()
+    first = m.ids_keep[0, 0].item()
+    r, c = divmod(first, 8)
+    z[0, :, 4 * r : 4 * r + 4, 4 * c : 4 * c + 4] += 1.0
+    with torch.no_grad():
+        assert not torch.equal(net.encode(z, m)[0], a[0])
+
+
+def test_encoder_is_point_wise():
+    """Without masking, a position's encoder capsules depend only on its primary capsules."""
+    net = tiny().eval()
+    pose = torch.randn(2, 5, 4, 4)
+    act = torch.rand(2, 5, 4)
+    out = net.encoder(pose, act)
+    pose2 = pose.clone()
+    pose2[:, 3] += 1.0
+    out2 = net.encoder(pose2, act)
+    changed = (out2[0] - out[0]).abs().flatten(2).amax(dim=(0, 2)) > 0
+    assert changed.tolist() == [False, False, False, True, False]
+
+
+def _self_routing_loop(pose, act, core):
+    """Paper eqs. 1-3 for one child set, written with explicit loops over parents."""
+    N, _ = pose.shape
+    M, D = core.out_caps, core.out_dim
+    W = core.weight_pose.view(N, -1, M, D)
+    logits = torch.stack([pose[i] @ core.weight_route[i] + core.bias_route[i] for i in range(N)])
+    c = torch.softmax(logits, dim=1)  # eq. 1
+    v, a_out = torch.zeros(M, D, dtype=pose.dtype), torch.zeros(M, dtype=pose.dtype)
+    for j in range(M):
+        w = c[:, j] * act
+        a_out[j] = w.sum() / act.sum()  # eq. 2
+        v[j] = sum(w[i] * (pose[i] @ W[i, :, j]) for i in range(N)) / w.sum()  # eq. 3
+    return v, a_out
+
+
+def test_class_capsules_average_routed_activations_over_positions():
+    torch.manual_seed(1)
+    head = ClassCapsules(3, 4, 5, 2).double()
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    pose, act = torch.randn(2, 6, 3, 4).double(), torch.rand(2, 6, 3).double()
+    probs = head(pose, act)
+    expected = torch.zeros(2, 5, dtype=torch.float64)
+    for b in range(2):
+        for pos in range(6):
+            expected[b] += _self_routing_loop(pose[b, pos], act[b, pos], head.route.core)[1] / 6
+    torch.testing.assert_close(probs, expected)
+    torch.testing.assert_close(probs.sum(1), torch.ones(2, dtype=torch.float64))
+
+
+def test_decoder_global_routing_and_per_position_linear():
+    """Every output position is routed from every position, normalised, then its own linear."""
+    torch.manual_seed(2)
+    L, A, D = 3, 2, 3
+    dec = CapsuleDecoder(L, A, D, caps=2, caps_dim=2, patch_pixels=5).double().eval()
+    for p in dec.route.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    m = random_masking(1, L, 0.34, generator=torch.Generator().manual_seed(0))  # keeps 1
+    pose, act = torch.randn(1, 2, A, D).double(), torch.rand(1, 2, A).double()
+    pred = dec(pose, act, m.ids_restore)
+    full_pose = restore_positions(pose, dec.mask_pose, m.ids_restore)[0].reshape(L * A, D)
+    token_act = torch.softmax(dec.mask_act_logits, 0)
+    full_act = restore_positions(act, token_act, m.ids_restore)[0].reshape(L * A)
+    v, _ = _self_routing_loop(full_pose, full_act, dec.route.core)  # (L * 2, 2)
+    v = v / math.sqrt(1 + 1e-5)  # BatchNorm of the poses with its initial running statistics
+    for pos in range(L):
+        expected = v[2 * pos : 2 * pos + 2].flatten() @ dec.weight[pos] + dec.bias[pos]
+        torch.testing.assert_close(pred[0, pos], expected)
+    masked = m.mask[0].nonzero().flatten().tolist()
+    assert len(masked) == 2
+    assert torch.allclose(token_act, torch.full((A,), 1.0 / A, dtype=torch.float64))
+
+
+DATASETS = {  # channels, input side, patch side (paper section 4.2 sizes)
+    "mnist / fashion_mnist": (1, 28, 4),
+    "cifar10": (3, 32, 4),
+    "smallnorb (32x32 crops)": (1, 32, 4),
+    "imagenette / imagewoof (64x64)": (3, 64, 8),
+}
+
+
+@pytest.mark.parametrize("backbone", ["convmixer", "vit"])
+@pytest.mark.parametrize("dataset", list(DATASETS))
+def test_shapes_for_every_backbone_and_dataset(backbone, dataset):
+    chans, size, patch = DATASETS[dataset]
+    net = tiny(backbone=backbone, in_chans=chans, img_size=size, patch_size=patch, num_classes=5)
+    L = (size // patch) ** 2
+    x = torch.randn(3, chans, size, size)
+    out = net.forward_pretrain(x)
+    assert out.pred.shape == out.target.shape == (3, L, patch * patch * chans)
+    assert (out.mask.sum(1) == L - int(L * 0.5)).all()
+    masked, recon = net.reconstruct(out)
+    assert masked.shape == recon.shape == x.shape
+    probs = net.eval()(x)
+    assert probs.shape == (3, 5)
+    torch.testing.assert_close(probs.sum(1), torch.ones(3))
+    pose, act = net.capsule_features(x)
+    assert pose.shape == (3, L, 4, 4) and act.shape == (3, L, 4)
+    assert net.forward_features(x).shape == (3, net.num_features)
+
+
+def test_registry_parameter_count_and_no_decoder_variant():
+    net = selfcaps.create_model("mcae", **TINY)
+    assert "mcae" in selfcaps.list_models()
+    L, A, D = 64, 4, 4
+    decoder = sum(p.numel() for p in net.decoder.parameters())
+    route = L * A * D * (L * 2 * 4) + L * A * D * (L * 2) + L * A * (L * 2)  # pose, route, bias
+    norm = 2 * (2 * 4)
+    linear = L * (2 * 4) * 48 + L * 48
+    assert decoder == A * D + A + route + norm + linear
+    lean = selfcaps.create_model("mcae", decoder=False, **TINY)
+    assert lean.decoder is None
+    full_state = {k: v for k, v in net.state_dict().items() if not k.startswith("decoder.")}
+    lean.load_state_dict(full_state)  # strict: the same keys without the decoder
+    with pytest.raises(RuntimeError, match="without its decoder"):
+        lean.forward_pretrain(torch.randn(1, 3, 32, 32))
+
+
+def test_wrong_input_names_expected_and_got():
+    net = tiny()
+    with pytest.raises(ValueError, match=r"\(B, 3, 32, 32\).*\(2, 3, 28, 28\)"):
+        net.forward_pretrain(torch.randn(2, 3, 28, 28))
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        MCAENet(img_size=30, patch_size=4)
+    assert math.isclose(net.mask_ratio, 0.5)
