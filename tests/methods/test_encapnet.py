@@ -140,3 +140,14 @@ def test_ot_needs_an_encapnet():
     cfg = load_config("encapnet", "quick", [*SMALL, ("model.name", "table1_cnn")])
     with pytest.raises(ValueError, match=r"loss\.ot"):
         EncapNetMethod.validate_config(cfg)
+
+
+def test_cifar100_gets_100_class_capsules_and_svhn_no_flips():
+    m = _method(("data.name", "cifar100"), ("model.strides", [2, 2]), ("loss.ot", False))
+    assert m.network.class_caps.out_caps == 100
+    assert m.network(torch.randn(2, 3, 32, 32)).shape == (2, 100, 4)
+    flips = {}
+    for name in ("cifar10", "svhn"):
+        train, _ = _method(("data.name", name), ("model.strides", [2, 2])).build_transforms()
+        flips[name] = any("Flip" in type(t).__name__ for t in train.transforms)
+    assert flips == {"cifar10": True, "svhn": False}

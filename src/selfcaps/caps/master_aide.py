@@ -144,7 +144,7 @@ class MasterAideConv2d(nn.Module):
     Coefficients come from a grouped 3x3 convolution (one output channel per
     capsule type) and are broadcast over the capsule's ``D`` dimensions; they are
     not squashed through a sigmoid (as in the reference). Their biases start at
-    1, so an untrained layer sums the two branches.
+    1, so an untrained layer is close to the plain sum of the two branches.
 
     Args:
         num_caps: Capsule types ``T`` (in and out).
