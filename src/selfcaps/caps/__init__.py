@@ -14,16 +14,29 @@ from selfcaps.caps.layers import (
     unfold_caps,
     use_fused_routing,
 )
+from selfcaps.caps.master_aide import (
+    CapFC,
+    CapsuleModule,
+    MasterAideConv2d,
+    caps_to_channels,
+    channels_to_caps,
+    squash_channels,
+)
 from selfcaps.caps.routing import dynamic_routing, em_routing, self_routing
 
 __all__ = [
+    "CapFC",
+    "CapsuleModule",
     "ConvCaps2d",
     "DenseCaps",
+    "MasterAideConv2d",
     "PrimaryCaps2d",
     "SelfRouting1d",
     "SelfRouting2d",
     "SelfRoutingDense",
     "caps_length",
+    "caps_to_channels",
+    "channels_to_caps",
     "child_votes",
     "dynamic_routing",
     "em_routing",
@@ -32,6 +45,7 @@ __all__ = [
     "safe_norm",
     "self_routing",
     "squash",
+    "squash_channels",
     "unfold_caps",
     "unit_vector",
     "unsquash",

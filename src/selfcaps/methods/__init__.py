@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from selfcaps.methods.base import CapsuleMethod, CliFlag, NonFiniteError
 from selfcaps.methods.coca import CoCa
+from selfcaps.methods.encapnet import EncapNetMethod
 from selfcaps.methods.mcae import MCAE
 from selfcaps.methods.sparsecaps import SparseCaps
 from selfcaps.models._registry import unknown_name_error
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "get_method", "list_methods"]
 
-_METHODS: dict[str, type[CapsuleMethod]] = {m.name: m for m in (CoCa, SparseCaps, MCAE)}
+_METHODS: dict[str, type[CapsuleMethod]] = {
+    m.name: m for m in (CoCa, SparseCaps, MCAE, EncapNetMethod)
+}
 
 
 def list_methods() -> list[str]:

@@ -102,6 +102,9 @@ class CapsuleMethod(L.LightningModule):
     monitor_feature: ClassVar[str] = "backbone"
     #: Logged validation metric that selects ``best.ckpt``, and ``"max"`` or ``"min"``.
     monitor_metric: ClassVar[tuple[str, str]] = ("val_knn_top1", "max")
+    #: Whether validation runs the online kNN monitor. ``False``: the validation loaders are
+    #: ``[val]`` only (no feature bank) and the method logs its own ``monitor_metric``.
+    knn_monitor: ClassVar[bool] = True
     #: Method-specific flags of ``selfcaps run`` (``--variant`` ...).
     cli_flags: ClassVar[dict[str, CliFlag]] = {}
     #: What ``selfcaps bench`` reports for this method: the protocol's name and the

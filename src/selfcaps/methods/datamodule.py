@@ -256,7 +256,10 @@ class SelfcapsDataModule(L.LightningDataModule):
         )
 
     def val_dataloader(self) -> list[DataLoader]:
-        """``[bank, val]`` for the online kNN monitor."""
+        """``[bank, val]`` for the online kNN monitor; ``[val]`` if the method has none."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if not getattr(module, "knn_monitor", True):
+            return [self.eval_loader("val")]
         return [self.eval_loader("train", self.cfg.monitor.bank_size), self.eval_loader("val")]
 
     @property

@@ -1,0 +1,132 @@
+"""EncapNet's feedback agreement unit: higher capsules regenerate lower ones (section 3.2, Fig. 3).
+
+A unit holds
+
+* a generator ``g_psi``: a "deconvolutional" capConv, ``ConvTranspose2d``
+  (3x3, stride 2 when the higher map is half the lower map's size, else 1),
+  BatchNorm, ReLU and, when ``encapsulated``, a convolution grouped by capsule
+  type followed by squash per capsule; it maps the higher capsules to the lower
+  layer's shape;
+* a feature extractor ``f_phi`` shared by both inputs: two 3x3 stride-2
+  convolutions (channels ``C -> C/4 -> 1``) with BatchNorm and ReLU, reducing
+  a ``C x H x W`` map to ``H/4 * W/4`` numbers (reference code ``critic``);
+  ``extractor=False`` compares the flattened maps directly;
+* a divergence between the two batches of features
+  (:class:`~selfcaps.losses.sinkhorn.SinkhornDivergence` or
+  :class:`~selfcaps.losses.sinkhorn.KLDivergence`).
+
+Units are training-time regularisers: the network does not own them, so
+neither its parameters nor its inference path change when they are used.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from selfcaps.caps.master_aide import channels_last_conv, squash_channels
+
+__all__ = ["CapsuleDeconv2d", "FeedbackAgreement", "feature_extractor"]
+
+
+class CapsuleDeconv2d(nn.Module):
+    """The generator ``g_psi``: transposed convolution, BatchNorm, ReLU, squash if encapsulated.
+
+    Args:
+        in_channels: Channels of the higher capsules.
+        out_channels: Channels of the lower capsules.
+        upsample: 2 doubles the spatial size (stride 2), 1 keeps it.
+        num_caps: Capsule types (for the grouped convolution and squash); ``None`` = not
+            encapsulated (a plain deconvolution, the reference code's default).
+
+    Examples:
+        >>> import torch
+        >>> g = CapsuleDeconv2d(64, 32, upsample=2, num_caps=8)
+        >>> g(torch.randn(2, 64, 4, 4)).shape
+        torch.Size([2, 32, 8, 8])
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, upsample: int, num_caps: int | None
+    ) -> None:
+        super().__init__()
+        if upsample not in (1, 2):
+            raise ValueError(f"upsample must be 1 or 2, got {upsample}")
+        groups = num_caps or 1
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"{in_channels} -> {out_channels} channels do not split into {groups} capsule types"
+            )
+        self.num_caps = num_caps
+        self.deconv = nn.ConvTranspose2d(
+            in_channels,
+            out_channels,
+            3,
+            stride=upsample,
+            padding=1,
+            output_padding=upsample - 1,
+            groups=groups,
+            bias=False,
+        )
+        self.bn = nn.BatchNorm2d(out_channels)
+
+    def forward(self, z: Tensor) -> Tensor:
+        """Higher capsules ``(B, C_hi, h, w)`` -> ``(B, C_lo, h * upsample, w * upsample)``."""
+        x = self.bn(channels_last_conv(self.deconv, z)).relu()
+        return squash_channels(x, self.num_caps) if self.num_caps else x
+
+
+def feature_extractor(channels: int) -> nn.Sequential:
+    """``f_phi``: ``C -> C/4 -> 1`` channels, two stride-2 3x3 convolutions with BN and ReLU."""
+    mid = max(1, channels // 4)
+    return nn.Sequential(
+        nn.Conv2d(channels, mid, 3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(mid),
+        nn.ReLU(),
+        nn.Conv2d(mid, 1, 3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(1),
+        nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+class FeedbackAgreement(nn.Module):
+    """``D(f_phi(g_psi(higher)), f_phi(lower))``: one feedback agreement unit.
+
+    Args:
+        higher_shape: ``(C, H, W)`` of the higher capsules (convolution layout).
+        lower_shape: ``(C, H, W)`` of the lower capsules; ``H`` is the higher ``H``
+            or twice it.
+        divergence: Compares two ``(B, d)`` feature batches (generated, lower).
+        num_caps: Capsule types of an encapsulated generator (``None``: plain deconvolution).
+        extractor: Use ``f_phi`` (else compare the flattened maps).
+
+    Examples:
+        >>> import torch
+        >>> from selfcaps.losses import SinkhornDivergence
+        >>> unit = FeedbackAgreement((64, 4, 4), (32, 8, 8), SinkhornDivergence(), num_caps=8)
+        >>> unit(torch.randn(6, 64, 4, 4), torch.randn(6, 32, 8, 8)).shape
+        torch.Size([])
+    """
+
+    def __init__(
+        self,
+        higher_shape: tuple[int, int, int],
+        lower_shape: tuple[int, int, int],
+        divergence: nn.Module,
+        num_caps: int | None = None,
+        extractor: bool = True,
+    ) -> None:
+        super().__init__()
+        (c_hi, h_hi, w_hi), (c_lo, h_lo, w_lo) = higher_shape, lower_shape
+        if (h_lo, w_lo) not in ((h_hi, w_hi), (2 * h_hi, 2 * w_hi)):
+            raise ValueError(
+                f"lower capsules {lower_shape} must have the size of the higher ones "
+                f"{higher_shape} or twice it"
+            )
+        self.generator = CapsuleDeconv2d(c_hi, c_lo, h_lo // h_hi, num_caps)
+        self.extractor = feature_extractor(c_lo) if extractor else nn.Flatten()
+        self.divergence = divergence
+
+    def forward(self, higher: Tensor, lower: Tensor) -> Tensor:
+        """The divergence between regenerated and actual lower capsules (scalar)."""
+        return self.divergence(self.extractor(self.generator(higher)), self.extractor(lower))

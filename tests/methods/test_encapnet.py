@@ -1,0 +1,153 @@
+"""EncapNet's method: the total loss, the OT units only in training, configuration checks."""
+
+import argparse
+import copy
+
+import pytest
+import torch
+
+from selfcaps.cli.config import load_config
+from selfcaps.eval import count_flops, count_parameters
+from selfcaps.methods import get_method
+from selfcaps.methods.encapnet import EncapNetMethod, on_off
+
+# A small EncapNet on 28x28 digits: 8 capsule types, modules at 14x14 and 7x7.
+SMALL = [
+    ("data.name", "mnist5k"),
+    ("model.num_caps", 8),
+    ("model.dims", [2, 4]),
+    ("model.strides", [2, 2]),
+    ("model.num_type2", 1),
+    ("model.aide_modules", [2]),
+    ("loss.units", [[1, 1, -1], [2, 0, 2]]),
+]
+
+
+def _method(*overrides, seed=0):
+    cfg = load_config("encapnet", "quick", [*SMALL, *overrides])
+    EncapNetMethod.validate_config(cfg)
+    torch.manual_seed(seed)
+    return EncapNetMethod(cfg)
+
+
+def test_registered_with_cli_flags():
+    assert get_method("encapnet") is EncapNetMethod
+    assert EncapNetMethod.monitor_metric == ("val_top1", "max")
+    assert EncapNetMethod.cli_flags["--variant"].choices == ("master", "master_aide")
+    assert on_off("on") is True and on_off("OFF") is False
+    with pytest.raises(argparse.ArgumentTypeError):
+        on_off("maybe")
+
+
+def test_ot_units_add_nothing_at_inference():
+    on, off = _method(("loss.ot", True)), _method(("loss.ot", False))
+    assert len(on.feedback) == 2 and len(off.feedback) == 0
+    assert count_parameters(on) > count_parameters(off)  # the units train with the method ...
+    # ... but the network, its weights and its inference path are the same.
+    assert on.model_config() == off.model_config()
+    a, b = on.network.state_dict(), off.network.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    x = torch.randn(4, 1, 28, 28)
+    assert count_flops(on.features, x) == count_flops(off.features, x)
+    calls = []
+    for unit in on.feedback:
+        unit.register_forward_hook(lambda *args: calls.append(1))
+    on.eval(), off.eval()
+    with torch.no_grad():
+        fa, fb = on.features(x), off.features(x)
+        on.validation_step((x, torch.zeros(4, dtype=torch.long)), 0)
+    for k in fa:
+        torch.testing.assert_close(fa[k], fb[k], rtol=0, atol=0)
+    assert not calls
+
+
+def test_total_loss_is_margin_plus_weighted_divergences():
+    m = _method(("loss.ot", True), ("loss.ot_weight", 3.0))
+    m.train()
+    x, y = torch.randn(6, 1, 28, 28), torch.arange(6) % 10
+    ref = copy.deepcopy(m)  # train mode: BatchNorm uses the batch statistics in both
+    loss, logs = m.compute_loss((x, y))
+    out, taps = ref.network.forward_taps(x)
+    lengths = out.norm(dim=-1)
+    t = torch.nn.functional.one_hot(y, 10).float()
+    margin = (t * (0.9 - lengths).clamp(min=0) ** 2).sum(1)
+    margin = (margin + 0.5 * ((1 - t) * (lengths - 0.1).clamp(min=0) ** 2).sum(1)).mean()
+    (u1, u2) = ref.feedback
+    ot = u1(taps[0][-1], taps[0][1]) + u2(taps[1][2], taps[1][0])
+    torch.testing.assert_close(logs["train_ot_loss"], ot.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss, margin + 3.0 * ot, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    for unit in m.feedback:  # the generators and extractors learn
+        assert all(p.grad is not None for p in unit.parameters())
+
+
+def test_ot_off_is_the_margin_loss_and_master_variant_has_no_aide():
+    m = _method(("loss.ot", False), ("model.variant", "master"))
+    assert not any(type(x).__name__ == "Conv2d" and x.groups == 1 and x.kernel_size[0] > 3
+                   for x in m.network.modules())  # fmt: skip
+    loss, logs = m.compute_loss((torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])))
+    assert "train_ot_loss" not in logs
+    torch.testing.assert_close(loss, logs["train_cls_loss"])
+
+
+def test_kl_divergence_option():
+    m = _method(("loss.divergence", "kl"))
+    assert all(type(u.divergence).__name__ == "KLDivergence" for u in m.feedback)
+
+
+def test_logit_networks_train_with_cross_entropy():
+    m = _method(("model.name", "encapnet18_resnet"), ("loss.ot", False), ("model.strides", [1, 2]))
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    expected = torch.nn.functional.cross_entropy(copy.deepcopy(m.net)(x), y)
+    loss, _ = m.compute_loss((x, y))
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_eval_transform_is_deterministic_and_train_transform_is_not():
+    m = _method(("data.name", "cifar10"), ("model.strides", [2, 2]))
+    train, evaluate = m.build_transforms()
+    img = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+    assert torch.equal(evaluate(img), evaluate(img))
+    torch.manual_seed(0)
+    views = [train(img) for _ in range(4)]
+    assert any(not torch.equal(views[0], v) for v in views[1:])
+    assert evaluate(img).shape == (3, 32, 32)
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        (("loss.epsilon", 0.0), "loss.epsilon"),
+        (("loss.cost", "l1"), "loss.cost"),
+        (("loss.units", [[5, 0, -1]]), "loss.units"),
+        (("model.name", "coca"), "model.name"),
+        (("augment.recipe", "autoaugment"), "augment.recipe"),
+    ],
+)
+def test_bad_settings_name_their_key(override, key):
+    cfg = load_config("encapnet", "quick", [*SMALL, override])
+    with pytest.raises(ValueError, match=key):
+        EncapNetMethod.validate_config(cfg)
+
+
+def test_feedback_on_tiny_maps_is_refused():
+    # 32x32 images, strides 4 and 4: module 2's maps are 2x2, which f_phi makes one number.
+    with pytest.raises(ValueError, match="one number"):
+        _method(("data.name", "cifar10"), ("model.strides", [4, 4]), ("loss.units", [[2, 1, -1]]))
+
+
+def test_ot_needs_an_encapnet():
+    cfg = load_config("encapnet", "quick", [*SMALL, ("model.name", "table1_cnn")])
+    with pytest.raises(ValueError, match=r"loss\.ot"):
+        EncapNetMethod.validate_config(cfg)
+
+
+def test_cifar100_gets_100_class_capsules_and_svhn_no_flips():
+    m = _method(("data.name", "cifar100"), ("model.strides", [2, 2]), ("loss.ot", False))
+    assert m.network.class_caps.out_caps == 100
+    assert m.network(torch.randn(2, 3, 32, 32)).shape == (2, 100, 4)
+    flips = {}
+    for name in ("cifar10", "svhn"):
+        train, _ = _method(("data.name", name), ("model.strides", [2, 2])).build_transforms()
+        flips[name] = any("Flip" in type(t).__name__ for t in train.transforms)
+    assert flips == {"cifar10": True, "svhn": False}
