@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 __all__ = [
     "ConfigError",
@@ -143,7 +143,7 @@ def _coerce(key: str, old: Any, new: Any) -> Any:
         return float(new)
     if isinstance(old, int) and isinstance(new, float) and new.is_integer():
         return int(new)
-    if isinstance(old, list) and isinstance(new, list):
+    if isinstance(old, list | ListConfig) and isinstance(new, list):
         return new
     if type(old) is not type(new):
         raise ConfigError(
