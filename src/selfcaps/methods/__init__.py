@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from selfcaps.methods.base import CapsuleMethod, CliFlag, NonFiniteError
 from selfcaps.methods.coca import CoCa
+from selfcaps.methods.poe import PoE
 from selfcaps.models._registry import unknown_name_error
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "get_method", "list_methods"]
 
-_METHODS: dict[str, type[CapsuleMethod]] = {m.name: m for m in (CoCa,)}
+_METHODS: dict[str, type[CapsuleMethod]] = {m.name: m for m in (CoCa, PoE)}
 
 
 def list_methods() -> list[str]:
