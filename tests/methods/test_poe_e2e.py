@@ -128,3 +128,12 @@ def test_config_errors_exit_2(tmp_path, capsys):
     assert main(["run", "poe", "--out", str(out), "--epochs", "2", *TINY]) == 2
     assert "model.stage_epochs" in capsys.readouterr().err
     assert main(["sample", str(tmp_path)]) == 2
+
+
+def test_a_diverging_cd_update_stops_the_run_with_a_named_error(tmp_path, capsys):
+    """A huge learning rate makes W overflow at the first update: the next step stops the run."""
+    tiny = [a for a in TINY if not a.startswith("model.stage_epochs")]
+    args = ["run", "poe", "--out", str(tmp_path / "nan"), "--epochs", "1", *tiny]
+    assert main([*args, "model.stage_epochs=[0,1,0]", "cd.lr_encoder=1e38"]) == 3
+    err = capsys.readouterr().err
+    assert "step 1 (epoch 0): loss is nan; stopping" in err  # the free-energy gap: inf - inf
