@@ -6,13 +6,14 @@ from selfcaps.methods.base import CapsuleMethod, CliFlag, NonFiniteError
 from selfcaps.methods.coca import CoCa
 from selfcaps.methods.encapnet import EncapNetMethod
 from selfcaps.methods.mcae import MCAE
+from selfcaps.methods.poe import PoE
 from selfcaps.methods.sparsecaps import SparseCaps
 from selfcaps.models._registry import unknown_name_error
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "get_method", "list_methods"]
 
 _METHODS: dict[str, type[CapsuleMethod]] = {
-    m.name: m for m in (CoCa, SparseCaps, MCAE, EncapNetMethod)
+    m.name: m for m in (CoCa, SparseCaps, MCAE, EncapNetMethod, PoE)
 }
 
 

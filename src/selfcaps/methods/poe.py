@@ -1,0 +1,621 @@
+"""How products of expert capsules learn: three stages, the last two by contrastive divergence.
+
+Hauser, "Training products of expert capsules with mixing by dynamic routing"
+(2019, arXiv:1907.11643), section 4.1. One Lightning fit with manual
+optimisation; the stage is a function of the epoch (``model.stage_epochs =
+[a, b, c]``; epochs past ``a + b + c``, e.g. after ``--resume --epochs``, stay
+in stage 3), so a resumed run continues in the right stage:
+
+1. **Autoencoder** (epochs ``[0, a)``): the tied-weight convolutional
+   autoencoder by backpropagation of the binary cross-entropy of its
+   reconstructions (dropout on the code), Adam from the ``optim`` section.
+   Frozen afterwards (and in eval mode: no dropout).
+2. **Capsule encoder W** (``[a, a+b)``), Algorithm 1, no backpropagation: route the
+   primary capsules ``x_i`` to get ``c_ij``, ``z_j = sum_i c_ij W_ij x_i``,
+   ``x_j = squash(z_j)``; reconstruct with the same ``c``:
+   ``x~_i = squash(sum_j c_ij W_ij^T x_j)``; forward again ``z~_j = sum_i c_ij W_ij x~_i``;
+   update (batch mean)
+
+       dW_ij = 2 c_ij ( z_j x_i^T / (1 + |z_j|^2) - z~_j x~_i^T / (1 + |z~_j|^2) ).
+
+   The first term is the gradient of the log unnormalised marginal
+   ``sum_j log(1 + |z_j|^2)`` (eq. 10) at fixed ``c`` (:func:`data_term`), the
+   second the same at the reconstruction: one step of contrastive divergence
+   lowering the free energy ``F(x) = -sum_j log(1 + |z_j|^2)`` of the data
+   relative to its one-step reconstruction.
+3. **Capsule decoder U** (``[a+b, ...)``), W frozen: the capsules ``y_j`` of the
+   data (through W) are routed top-down through ``U`` (children: the 20
+   capsules, parents: the 576 primary capsules, coefficients ``e_ji``) to
+   ``x^_i = squash(sum_j e_ji U_ji y_j)``, and
+
+       dU_ji = 2 e_ji ( x_i - x^_i ) y_j^T
+
+   where ``x_i`` are the data's primary capsules. This is our reading of "the
+   analogous rule": contrastive divergence on the bilinear energy
+   ``-sum e_ji x_i^T U_ji y_j`` with the capsule layer clamped to the frozen
+   encoder's code in both phases, the positive phase clamped to the data and
+   the negative phase the mean-field top-down reconstruction; its fixed point is
+   ``x^ = x``. (The paper gives no formula; the literal mirror of Algorithm 1,
+   with the 20 capsules as the visible layer, never sees the primary capsules of
+   the data, so its 576 hidden units would have no reason to match the
+   autoencoder's code that generation decodes.)
+
+CD updates are applied as gradients (``p.grad = -dW``) of SGD with momentum,
+L2 regularisation (``weight_decay``) and a per-epoch learning-rate decay
+``lr * lr_decay ** (epochs into the stage)`` (the paper's note under
+Algorithm 1), so the base class's non-finite check sees them: a NaN in an
+update stops the run with :class:`~selfcaps.methods.base.NonFiniteError`
+naming the parameter, or skips the step with ``trainer.skip_nonfinite``.
+
+Routing normalisation: the paper normalises ``sum_i c_ij = 1`` over children
+(``model.normalize=children``, the default, used by both W and U); ``parents``
+is Sabour's softmax over parents. The coefficients set the scale of the
+updates (they enter squared): for W, children normalisation gives ``c_ij ~
+1/576`` and parents ``~1/20``; for U (whose children are the 20 capsules) it is
+the other way round. Switching to ``parents`` therefore needs ``cd.lr_encoder``
+about 1000 times smaller and ``cd.lr_decoder`` about 1000 times larger.
+
+Model selection (``best.ckpt``): lowest ``val_select = (3 - stage) +
+val_recon_caps_mse``, where ``val_recon_caps_mse`` is the pixel MSE (at most 1)
+of validation images reconstructed through the whole model (autoencoder, W, U,
+unsquash, decoder) -- the path generation uses. So the best checkpoint is the
+epoch of the latest stage reached (normally stage 3: a trained decoder) whose
+capsule reconstructions of the validation split are best.
+
+Final evaluation (``metrics.json``): reconstruction errors on the test split
+(autoencoder alone, through W and its transpose, through W and U), the free
+energies of data and one-step reconstructions and their gap for the trained
+and an untrained capsule layer (same trained autoencoder; W and U a fresh draw
+of the initial distribution); and per-capsule **class purity** of generated
+samples, judged by a small CNN trained on the run's training split: capsule
+``j``'s purity is the share of its samples given its most frequent class. A
+constant generator is 100% pure, so ``purity_classes_covered`` (distinct
+majority classes over the capsules) is reported beside it, and the same numbers
+for the untrained capsule layer are the baseline. ``eval.max_images`` caps the
+images of the validation and test reconstruction metrics (for CPU runs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+
+from selfcaps.caps import squash
+from selfcaps.data import EvalTransform
+from selfcaps.methods.base import CapsuleMethod
+from selfcaps.methods.datamodule import TransformDataset, mix_seed
+from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.models import create_model
+from selfcaps.models.poe import PoECapsNet, RoutedCaps
+
+__all__ = [
+    "CDChain",
+    "PoE",
+    "cd_chain",
+    "class_purity",
+    "data_term",
+    "decoder_update",
+    "encoder_cd_update",
+    "free_energies",
+    "log_marginal",
+    "stage_of",
+]
+
+
+# ------------------------------------------------------------------ the mathematics
+def log_marginal(z: Tensor) -> Tensor:
+    """Log of the unnormalised marginal of the visible capsules, eq. (10).
+
+    ``sum_j log(1 + |z_j|^2)`` for parent total inputs ``z`` ``(B, M, D)``; the free
+    energy is its negative.
+
+    Examples:
+        >>> log_marginal(torch.tensor([[[1.0, 0.0], [0.0, 0.0]]]))
+        tensor([0.6931])
+    """
+    return torch.log1p(z.pow(2).sum(-1)).sum(-1)
+
+
+def _expert_statistic(z: Tensor) -> Tensor:
+    """``z / (1 + |z|^2)``: half the gradient of ``log(1 + |z|^2)`` with respect to ``z``."""
+    return z / (1.0 + z.pow(2).sum(-1, keepdim=True))
+
+
+def _outer(coef: Tensor, parent: Tensor, child: Tensor) -> Tensor:
+    """Batch mean of ``coef_bnm * parent_bm child_bn^T``, in the layer's weight layout.
+
+    Args:
+        coef: Routing coefficients ``(B, N, M)``.
+        parent: ``(B, M, Dp)``.
+        child: ``(B, N, Dc)``.
+
+    Returns:
+        ``(N, Dc, M * Dp)`` (the GEMM layout of :class:`~selfcaps.caps.DenseCaps`, whose
+        ``matrices`` view has the matrix ``coef parent child^T`` at ``[i, j]``).
+    """
+    b, n, _ = coef.shape
+    cp = (coef.unsqueeze(-1) * parent.unsqueeze(1)).transpose(0, 1).reshape(n, b, -1)
+    return torch.bmm(child.permute(1, 2, 0), cp) / b
+
+
+def data_term(layer: RoutedCaps, x: Tensor, c: Tensor) -> Tensor:
+    """Positive term of Algorithm 1: ``2 c_ij z_j x_i^T / (1 + |z_j|^2)``, batch mean.
+
+    Equals the gradient of ``mean_b sum_j log(1 + |z_j|^2)`` (eq. 10) with respect to
+    ``W`` with ``c`` held fixed.
+
+    Args:
+        layer: The capsule layer (``W``).
+        x: Children ``(B, N, D_in)``.
+        c: Routing coefficients ``(B, N, M)``.
+
+    Returns:
+        The update in ``layer.weight``'s layout.
+    """
+    z = layer.forward_with(x, c)
+    return 2.0 * _outer(c, _expert_statistic(z), x)
+
+
+class CDChain(NamedTuple):
+    """One step of Algorithm 1's chain: data, its capsules, the reconstruction, forward again."""
+
+    z: Tensor  #: parents' total input for the data, ``(B, M, D_out)``
+    y: Tensor  #: parents ``squash(z)``
+    c: Tensor  #: routing coefficients ``(B, N, M)``
+    x_rec: Tensor  #: reconstructed children ``squash(sum_j c_ij W_ij^T y_j)``
+    z_rec: Tensor  #: parents' total input for the reconstruction (same ``c``)
+
+
+def cd_chain(layer: RoutedCaps, x: Tensor) -> CDChain:
+    """Route ``x``, reconstruct it with the same coefficients, and go forward again."""
+    z, y, c = layer.route(x)
+    x_rec = squash(layer.transpose(y, c))
+    return CDChain(z, y, c, x_rec, layer.forward_with(x_rec, c))
+
+
+def free_energies(chain: CDChain) -> dict[str, Tensor]:
+    """Batch means of the free energy of the data and of its reconstruction, and the gap."""
+    f_data, f_rec = -log_marginal(chain.z).mean(), -log_marginal(chain.z_rec).mean()
+    return {
+        "free_energy_data": f_data,
+        "free_energy_recon": f_rec,
+        "free_energy_gap": f_data - f_rec,
+    }
+
+
+def encoder_cd_update(layer: RoutedCaps, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """One contrastive-divergence update of the capsule encoder (Algorithm 1).
+
+    Args:
+        layer: The encoder ``W``.
+        x: Primary capsules of the data ``(B, N, D_in)``.
+
+    Returns:
+        ``(dW, stats)``: the ascent direction of the log-likelihood and batch means of
+        ``free_energy_data``, ``free_energy_recon``, ``free_energy_gap`` (data minus
+        reconstruction; CD makes it negative) and ``recon_caps_mse`` (``x`` vs ``x~``).
+    """
+    ch = cd_chain(layer, x)
+    positive = _outer(ch.c, _expert_statistic(ch.z), x)
+    negative = _outer(ch.c, _expert_statistic(ch.z_rec), ch.x_rec)
+    stats = free_energies(ch)
+    stats["recon_caps_mse"] = (x - ch.x_rec).pow(2).mean()
+    return 2.0 * (positive - negative), stats
+
+
+def decoder_update(layer: RoutedCaps, y: Tensor, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """One update of the capsule decoder ``U``: ``2 e_ji (x_i - x^_i) y_j^T``, batch mean.
+
+    Args:
+        layer: The decoder ``U`` (children: the capsules ``y``; parents: primary capsules).
+        y: Capsules of the data through the frozen encoder ``(B, M_caps, D)``.
+        x: The data's primary capsules ``(B, N_primary, D_primary)``.
+
+    Returns:
+        ``(dU, {"recon_caps_mse": ...})``.
+    """
+    _, x_hat, e = layer.route(y)
+    return 2.0 * _outer(e, x - x_hat, y), {"recon_caps_mse": (x - x_hat).pow(2).mean()}
+
+
+def stage_of(epoch: int, stage_epochs: list[int] | tuple[int, ...]) -> int:
+    """Training stage (1, 2, 3) of a 0-based epoch; epochs past the schedule stay in stage 3.
+
+    Examples:
+        >>> [stage_of(e, [2, 1, 1]) for e in range(6)]
+        [1, 1, 2, 3, 3, 3]
+    """
+    a, b = int(stage_epochs[0]), int(stage_epochs[1])
+    return 1 if epoch < a else 2 if epoch < a + b else 3
+
+
+def class_purity(predictions: Tensor) -> tuple[float, int]:
+    """Share (percent) of the most frequent class among ``predictions`` and that class.
+
+    Examples:
+        >>> class_purity(torch.tensor([3, 3, 1, 3]))
+        (75.0, 3)
+    """
+    cls, count = Counter(predictions.tolist()).most_common(1)[0]
+    return 100.0 * count / len(predictions), int(cls)
+
+
+def _judge_network(in_chans: int, image_size: int, num_classes: int) -> nn.Module:
+    """A small CNN that judges the class of generated images."""
+    side = image_size // 4
+    return nn.Sequential(
+        nn.Conv2d(in_chans, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * side * side, num_classes),
+    )
+
+
+# ------------------------------------------------------------------------ the method
+class PoE(CapsuleMethod):
+    """Products of expert capsules (see the module docstring).
+
+    Args:
+        cfg: Run configuration (``model``, ``cd``, ``samples``, ``judge`` sections as in
+            ``configs/poe_*.yaml``).
+    """
+
+    name: ClassVar[str] = "poe"
+    monitor_feature: ClassVar[str] = "capsules"
+    monitor_metric: ClassVar[tuple[str, str]] = ("val_select", "min")
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.automatic_optimization = False
+        self._hemisphere_sum: Tensor | None = None
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def poe(self) -> PoECapsNet:
+        """The network, typed."""
+        return self.network  # type: ignore[return-value]
+
+    def build_network(self) -> nn.Module:
+        """The PoE capsule network for this dataset's channels and image size."""
+        cfg = self.model_config()
+        return create_model(cfg["model"], **cfg["model_kwargs"])
+
+    def model_config(self) -> dict[str, Any]:
+        """Model name and kwargs (without the stage schedule), with channels and image size."""
+        cfg = super().model_config()
+        cfg["model_kwargs"].pop("stage_epochs", None)
+        cfg["model_kwargs"]["in_chans"] = self.info.channels
+        cfg["model_kwargs"]["image_size"] = self.info.image_size[0]
+        return cfg
+
+    def build_transforms(self) -> tuple[Any, Any]:
+        """Pixels in ``[0, 1]`` (the sigmoid decoder's range), no augmentation."""
+        return EvalTransform(), EvalTransform()
+
+    @classmethod
+    def validate_config(cls, cfg: Any) -> None:
+        """Check the PoE keys; every error names its key."""
+        m, cd = cfg.model, cfg.cd
+        if m.normalize not in ("children", "parents"):
+            raise ValueError(f"model.normalize: expected children or parents, got {m.normalize!r}")
+        if m.agreement not in ("cosine", "dot"):
+            raise ValueError(f"model.agreement: expected cosine or dot, got {m.agreement!r}")
+        stages = list(m.stage_epochs)
+        if len(stages) != 3 or any(int(s) < 0 for s in stages):
+            raise ValueError(f"model.stage_epochs: expected 3 epoch counts >= 0, got {stages}")
+        epochs = int(cfg.trainer.epochs)
+        if epochs and sum(stages) != epochs:
+            raise ValueError(
+                f"trainer.epochs ({epochs}) must equal the sum of model.stage_epochs {stages} "
+                f"= {sum(stages)}; set both (e.g. model.stage_epochs=[1,1,1] --epochs 3)"
+            )
+        for key in ("lr_encoder", "lr_decoder", "lr_decay"):
+            if not cd[key] > 0:
+                raise ValueError(f"cd.{key}: expected a value > 0, got {cd[key]!r}")
+        for key in ("momentum", "weight_decay"):
+            if not cd[key] >= 0:
+                raise ValueError(f"cd.{key}: expected a value >= 0, got {cd[key]!r}")
+        if cfg.eval.max_images is not None and int(cfg.eval.max_images) < 1:
+            raise ValueError(f"eval.max_images: expected null or >= 1, got {cfg.eval.max_images}")
+        for key in ("rows", "per_capsule"):
+            if not int(cfg.samples[key]) >= 1:
+                raise ValueError(f"samples.{key}: expected >= 1, got {cfg.samples[key]!r}")
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        """Adam for the autoencoder (stage 1); SGD with momentum and L2 for W and U."""
+        o, cd, net = self.cfg.optim, self.cfg.cd, self.poe
+        sgd = {"momentum": cd.momentum, "weight_decay": cd.weight_decay}
+        return [
+            torch.optim.Adam(net.ae.parameters(), lr=o.lr, weight_decay=o.weight_decay),
+            torch.optim.SGD(net.encoder.parameters(), lr=cd.lr_encoder, **sgd),
+            torch.optim.SGD(net.decoder.parameters(), lr=cd.lr_decoder, **sgd),
+        ]
+
+    # ------------------------------------------------------------------ training
+    @property
+    def stage(self) -> int:
+        """The current training stage (1: autoencoder, 2: encoder W, 3: decoder U)."""
+        return stage_of(self.current_epoch, self.cfg.model.stage_epochs)
+
+    def on_train_epoch_start(self) -> None:
+        """Reseed; set this epoch's CD learning rate; start measuring the capsules' mean poses."""
+        super().on_train_epoch_start()
+        stage, cd = self.stage, self.cfg.cd
+        if stage > 1:
+            a, b, _ = (int(s) for s in self.cfg.model.stage_epochs)
+            into = self.current_epoch - (a if stage == 2 else a + b)
+            base_lr = cd.lr_encoder if stage == 2 else cd.lr_decoder
+            for group in self._optimizer(stage).param_groups:
+                group["lr"] = base_lr * cd.lr_decay**into
+        if stage == 3:
+            self._hemisphere_sum = torch.zeros_like(self.poe.hemisphere, dtype=torch.float64)
+        self.log("stage", float(stage), on_step=False, on_epoch=True)
+
+    def _optimizer(self, stage: int) -> Any:
+        opts = self.optimizers()
+        return opts[stage - 1] if isinstance(opts, list) else opts
+
+    def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        """This stage's update, left in the parameters' ``.grad``; returns a monitor loss.
+
+        Stage 1: the autoencoder's BCE (backpropagated only if finite). Stages 2 and 3:
+        ``grad = -update`` (averaged over processes under DDP) and, as the loss, the
+        batch's free-energy gap (stage 2) or capsule reconstruction MSE (stage 3).
+        """
+        x = batch[0]
+        net, stage = self.poe, self.stage
+        if stage == 1:
+            net.ae.train()
+            recon = net.ae(x)
+            loss = F.binary_cross_entropy(recon, x)
+            if torch.isfinite(loss):
+                self.manual_backward(loss)
+            return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
+        net.ae.eval()
+        with torch.no_grad():
+            caps = net.primary_capsules(x)
+            if stage == 2:
+                update, stats = encoder_cd_update(net.encoder, caps)
+                param, loss = net.encoder.weight, stats["free_energy_gap"]
+            else:
+                _, y, _ = net.encoder.route(caps)
+                update, stats = decoder_update(net.decoder, y, caps)
+                param, loss = net.decoder.weight, stats["recon_caps_mse"]
+                if self._hemisphere_sum is not None:
+                    self._hemisphere_sum += y.sum(0).double()
+            if self.trainer.world_size > 1:
+                update = self.trainer.strategy.reduce(update, reduce_op="mean")
+            param.grad = -update
+        return loss, {f"train_{k}": v for k, v in stats.items()}
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        """Base guard (finite loss, logging), finite-update check, then this stage's step."""
+        opt = self._optimizer(self.stage)
+        opt.zero_grad(set_to_none=True)
+        loss = super().training_step(batch, batch_idx)
+        if loss is None:  # non-finite loss, skipped (trainer.skip_nonfinite)
+            opt.zero_grad(set_to_none=True)
+        elif self.stage > 1:  # stage 1's manual_backward already ran the check
+            self.on_after_backward()
+        opt.step()
+        return loss
+
+    def _store_hemisphere(self) -> None:
+        """Copy this stage-3 epoch's summed capsule poses (all processes) into the network."""
+        if self.stage != 3 or self._hemisphere_sum is None:
+            return
+        total = self._hemisphere_sum
+        if self.trainer.world_size > 1:
+            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+        self.poe.hemisphere.copy_(total.to(self.poe.hemisphere.dtype))
+
+    def on_train_epoch_end(self) -> None:
+        """Store the mean capsule poses before ``last.ckpt`` is written."""
+        self._store_hemisphere()
+
+    # --------------------------------------------------------------- validation
+    def on_validation_epoch_start(self) -> None:
+        """Store the mean capsule poses before ``best.ckpt`` may be written."""
+        self._store_hemisphere()
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Reconstruction errors and the free-energy gap of the validation split (loader 1)."""
+        if dataloader_idx == 0:  # the kNN bank of the shared data module: not used here
+            return
+        x = _first_images(batch[0], batch_idx * int(self.cfg.data.eval_batch_size), self.cfg)
+        if x is None:
+            return
+        stats = reconstruction_stats(self.poe, x)
+        stats["select"] = stats["recon_caps_mse"] + float(3 - self.stage)
+        for k, v in stats.items():
+            self.log(
+                f"val_{k}",
+                v,
+                on_epoch=True,
+                batch_size=x.shape[0],
+                sync_dist=True,
+                add_dataloader_idx=False,
+                prog_bar=k in ("recon_caps_mse", "select"),
+            )
+
+    def on_validation_epoch_end(self) -> None:
+        """Nothing to aggregate: Lightning averages the logged means."""
+
+    # ------------------------------------------------------------- evaluation
+    def features(self, x: Tensor) -> dict[str, Tensor]:
+        """Capsule poses (320-D) and the autoencoder's code (4608-D)."""
+        net = self.poe
+        code = net.ae.encode(x)
+        _, y, _ = net.encoder.route(net.code_to_capsules(code))
+        return {"capsules": y.flatten(1), "code": code.flatten(1)}
+
+    def untrained_network(self) -> PoECapsNet:
+        """This network with the trained autoencoder and freshly initialised W and U."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(mix_seed(self.cfg.seed, 0x9E0))
+            cfg = self.model_config()
+            net = create_model(cfg["model"], **cfg["model_kwargs"])
+        net.ae.load_state_dict(self.poe.ae.state_dict())
+        return net.to(self.device).eval()  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def evaluate(self, dm: Any) -> dict[str, float | int | str]:
+        """Test-split reconstructions and free energies; per-capsule purity of samples."""
+        self.eval()
+        metrics: dict[str, float | int | str] = {}
+        untrained = self.untrained_network() if self.cfg.eval.baselines else None
+        test = dm.eval_loader("test")
+        metrics.update(_mean_stats(self.poe, test, self.cfg))
+        if untrained is not None:
+            base = _mean_stats(untrained, test, self.cfg)
+            metrics["free_energy_gap_untrained"] = base["free_energy_gap"]
+            metrics["recon_caps_mse_untrained"] = base["recon_caps_mse"]
+        judge, judge_acc = self.train_judge(dm)
+        metrics["judge_test_top1"] = judge_acc
+        metrics.update(self.purity_metrics(self.poe, judge, ""))
+        if bool((self.poe.hemisphere != 0).any()):
+            metrics.update(self.purity_metrics(self.poe, judge, "_restricted", restricted=True))
+        if untrained is not None:
+            metrics.update(self.purity_metrics(untrained, judge, "_untrained"))
+        metrics["purity_samples_per_capsule"] = int(self.cfg.samples.per_capsule)
+        metrics["recon_test_images"] = min(
+            len(dm.split("test")), int(self.cfg.eval.max_images or len(dm.split("test")))
+        )
+        return metrics
+
+    def train_judge(self, dm: Any) -> tuple[nn.Module, float]:
+        """Train the judging CNN on the training split; return it and its test top-1 (%)."""
+        j = self.cfg.judge
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(mix_seed(self.cfg.seed, 0x70D6E))
+            judge = _judge_network(
+                self.info.channels, self.info.image_size[0], self.info.num_classes
+            ).to(self.device)
+            opt = torch.optim.Adam(judge.parameters(), lr=j.lr)
+            data = TransformDataset(dm.split("train"), EvalTransform())
+            g = torch.Generator().manual_seed(mix_seed(self.cfg.seed, 0x70D6F))
+            loader = DataLoader(data, batch_size=int(j.batch_size), shuffle=True, generator=g)
+            judge.train()
+            with torch.enable_grad():
+                for _ in range(int(j.epochs)):
+                    for x, y in loader:
+                        loss = F.cross_entropy(judge(x.to(self.device)), y.to(self.device))
+                        opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                        opt.step()
+        judge.eval()
+        correct = total = 0
+        for x, y in dm.eval_loader("test"):
+            correct += int((judge(x.to(self.device)).argmax(1).cpu() == y).sum())
+            total += len(y)
+        return judge, 100.0 * correct / max(total, 1)
+
+    def purity_metrics(
+        self, net: PoECapsNet, judge: nn.Module, suffix: str, restricted: bool = False
+    ) -> dict[str, float | int | str]:
+        """Per-capsule class purity of ``samples.per_capsule`` generated images (percent)."""
+        n, seed = int(self.cfg.samples.per_capsule), int(self.cfg.samples.seed)
+        draws = net.draws(n, torch.Generator().manual_seed(mix_seed(seed, 0xD4A)), restricted)
+        purities, classes = [], []
+        for j in range(net.num_caps):
+            preds = torch.cat(
+                [
+                    judge(net.generate(j, chunk.to(self.device))).argmax(1).cpu()
+                    for chunk in draws[:, j].split(128)
+                ]
+            )
+            p, cls = class_purity(preds)
+            purities.append(p)
+            classes.append(cls)
+        out: dict[str, float | int | str] = {
+            f"purity_capsule_{j:02d}{suffix}": p for j, p in enumerate(purities)
+        }
+        out[f"purity_mean{suffix}"] = sum(purities) / len(purities)
+        out[f"purity_classes_covered{suffix}"] = len(set(classes))
+        out[f"purity_majority_classes{suffix}"] = ",".join(map(str, classes))
+        return out
+
+    # ---------------------------------------------------------------- figures
+    @torch.no_grad()
+    def figures(self, dm: Any) -> dict[str, Figure]:
+        """Samples per capsule (Fig. 2), restricted-domain samples, reconstructions."""
+        net, s = self.poe, self.cfg.samples
+        figs: dict[str, Figure] = {
+            "samples": ImageGrid(net.sample_grid(int(s.rows), int(s.seed)), nrow=net.num_caps)
+        }
+        if bool((net.hemisphere != 0).any()):
+            grid = net.sample_grid(int(s.rows), int(s.seed), restricted=True)
+            figs["samples_restricted"] = ImageGrid(grid, nrow=net.num_caps)
+        x = next(iter(dm.eval_loader("test")))[0][:10].to(self.device)
+        rows = [x, *reconstructions(net, x)[0]]
+        figs["reconstructions"] = ImageGrid(
+            torch.cat(rows).cpu(),
+            nrow=x.shape[0],
+            title="test images | autoencoder | through W and W^T | through W and U",
+            row_labels=["data", "AE", "W, W^T", "W, U"],
+        )
+        return figs
+
+
+@torch.no_grad()
+def reconstruction_stats(net: PoECapsNet, x: Tensor) -> dict[str, Tensor]:
+    """Batch means: pixel MSEs of the three reconstructions, free energies and their gap.
+
+    Keys: ``recon_ae_mse``, ``recon_encoder_mse`` (through W and its transpose with the
+    data's ``c``), ``recon_caps_mse`` (through W and U: the generative path),
+    ``free_energy_data``, ``free_energy_recon`` and ``free_energy_gap`` (Algorithm 1's
+    one-step reconstruction).
+    """
+    images, chain = reconstructions(net, x)
+    return {
+        "recon_ae_mse": (images[0] - x).pow(2).mean(),
+        "recon_encoder_mse": (images[1] - x).pow(2).mean(),
+        "recon_caps_mse": (images[2] - x).pow(2).mean(),
+        **free_energies(chain),
+    }
+
+
+def reconstructions(net: PoECapsNet, x: Tensor) -> tuple[tuple[Tensor, Tensor, Tensor], CDChain]:
+    """Images by the autoencoder, through ``W`` and ``W^T``, through ``W`` and ``U``; the chain."""
+    code = net.ae.encode(x)
+    chain = cd_chain(net.encoder, net.code_to_capsules(code))
+    images = (
+        net.ae.decode(code),
+        net.ae.decode(net.capsules_to_code(chain.x_rec)),
+        net.decode_capsules(chain.y),
+    )
+    return images, chain
+
+
+def _first_images(x: Tensor, start: int, cfg: Any) -> Tensor | None:
+    """The part of a batch starting at image ``start`` that lies within ``eval.max_images``."""
+    limit = cfg.eval.max_images
+    if limit is None:
+        return x
+    keep = int(limit) - start
+    return x[:keep] if keep > 0 else None
+
+
+def _mean_stats(net: PoECapsNet, loader: Any, cfg: Any) -> dict[str, float]:
+    """:func:`reconstruction_stats` averaged over a loader's first ``eval.max_images`` images."""
+    device = next(net.parameters()).device
+    sums: dict[str, float] = {}
+    n = 0
+    for batch, _ in loader:
+        x = _first_images(batch, n, cfg)
+        if x is None:
+            break
+        stats = reconstruction_stats(net, x.to(device))
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + float(v) * x.shape[0]
+        n += x.shape[0]
+    return {k: v / max(n, 1) for k, v in sums.items()}

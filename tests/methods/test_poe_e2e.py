@@ -1,0 +1,139 @@
+"""End-to-end PoE runs on a tiny budget: every file, the sample command, resume across stages."""
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+
+import selfcaps
+from selfcaps.cli import main
+
+TINY = [
+    "--no-progress",
+    "--batch-size",
+    "32",
+    "--deterministic",
+    "--threads",
+    "1",
+    "model.stage_epochs=[1,1,1]",
+    "model.channels=16",  # 2 capsule types x 36 positions: a fast network
+    "data.train_subset=64",
+    "data.eval_batch_size=200",
+    "samples.per_capsule=4",
+    "judge.epochs=1",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("poe") / "run"
+    assert main(["run", "poe", "--out", str(out), "--epochs", "3", *TINY]) == 0
+    return out
+
+
+def test_run_directory_has_every_file(run_dir):
+    for name in (
+        "config.yaml",
+        "metrics.json",
+        "metrics.csv",
+        "model.safetensors",
+        "config.json",
+        "checkpoints/last.ckpt",
+        "checkpoints/best.ckpt",
+        "figures/curves.png",
+        "figures/samples.png",
+        "figures/samples_restricted.png",
+        "figures/reconstructions.png",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+    # 20 columns x 4 rows of 28x28 images with make_grid's 2-pixel padding
+    assert Image.open(run_dir / "figures/samples.png").size == (20 * 30 + 2, 4 * 30 + 2)
+
+
+def test_metrics(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert all(isinstance(v, int | float | str) for v in m.values())
+    for key in (
+        "recon_ae_mse",
+        "recon_encoder_mse",
+        "recon_caps_mse",
+        "recon_caps_mse_untrained",
+        "free_energy_gap",
+        "free_energy_gap_untrained",
+        "free_energy_data",
+        "free_energy_recon",
+        "judge_test_top1",
+    ):
+        assert key in m, key
+    for suffix in ("", "_restricted", "_untrained"):
+        purities = [m[f"purity_capsule_{j:02d}{suffix}"] for j in range(20)]
+        assert all(25.0 <= p <= 100.0 for p in purities)  # 4 samples: at least 1 of 4
+        assert m[f"purity_mean{suffix}"] == pytest.approx(sum(purities) / 20)
+        assert 1 <= m[f"purity_classes_covered{suffix}"] <= 10
+        assert len(m[f"purity_majority_classes{suffix}"].split(",")) == 20
+    assert m["epochs_trained"] == 3 and m["steps"] == 3 * (64 // 32)
+    assert m["best_checkpoint"] == "min val_select (epoch 3)"  # the stage-3 epoch
+
+
+def test_metrics_csv_logs_the_stages_and_the_monitor(run_dir):
+    rows = (run_dir / "metrics.csv").read_text().strip().splitlines()
+    header = rows[0].split(",")
+    for key in ("stage", "val_recon_caps_mse", "val_free_energy_gap", "train_ae_mse"):
+        assert key in header, key
+    stages = {r.split(",")[header.index("stage")] for r in rows[1:]} - {""}
+    assert stages == {"1.0", "2.0", "3.0"}
+
+
+def test_weights_load_without_lightning_and_generate(run_dir):
+    cfg = json.loads((run_dir / "config.json").read_text())
+    net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"])
+    net.load_state_dict(load_file(run_dir / "model.safetensors"))
+    assert (net.hemisphere != 0).any()  # measured in stage 3
+    assert net.eval().sample_grid(1).shape == (20, 1, 28, 28)
+
+
+def test_sample_command_reproduces_the_run_figures(run_dir, tmp_path):
+    for restricted, name in ((False, "samples.png"), (True, "samples_restricted.png")):
+        out = tmp_path / name
+        args = ["sample", str(run_dir), "--out", str(out)] + (
+            ["--restricted"] if restricted else []
+        )
+        assert main(args) == 0
+        a = torch.tensor(list(Image.open(out).getdata()))
+        b = torch.tensor(list(Image.open(run_dir / "figures" / name).getdata()))
+        assert torch.equal(a, b), name
+    assert main(["sample", str(run_dir), "--seed", "3", "--rows", "2"]) == 0
+    assert Image.open(run_dir / "figures/samples.png").size == (20 * 30 + 2, 2 * 30 + 2)
+
+
+def test_resume_after_stage_2_reproduces_the_uninterrupted_run(tmp_path, run_dir):
+    out = tmp_path / "resumed"
+    assert main(["run", "poe", "--out", str(out), "--epochs", "3", "--max-steps", "4", *TINY]) == 0
+    assert json.loads((out / "metrics.json").read_text())["epochs_trained"] == 2
+    assert main(["run", "poe", "--out", str(out), "--resume", "--max-steps", "-1"]) == 0
+    a = json.loads((run_dir / "metrics.json").read_text())
+    b = json.loads((out / "metrics.json").read_text())
+    for key in ("recon_caps_mse", "free_energy_gap", "best_epoch", "steps", "purity_mean"):
+        assert a[key] == b[key], key
+    wa, wb = load_file(run_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0)
+
+
+def test_config_errors_exit_2(tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["run", "poe", "--out", str(out), "--epochs", "2", *TINY]) == 2
+    assert "model.stage_epochs" in capsys.readouterr().err
+    assert main(["sample", str(tmp_path)]) == 2
+
+
+def test_a_diverging_cd_update_stops_the_run_with_a_named_error(tmp_path, capsys):
+    """A huge learning rate makes W overflow at the first update: the next step stops the run."""
+    tiny = [a for a in TINY if not a.startswith("model.stage_epochs")]
+    args = ["run", "poe", "--out", str(tmp_path / "nan"), "--epochs", "1", *tiny]
+    assert main([*args, "model.stage_epochs=[0,1,0]", "cd.lr_encoder=1e38"]) == 3
+    err = capsys.readouterr().err
+    assert "step 1 (epoch 0): loss is nan; stopping" in err  # the free-energy gap: inf - inf

@@ -1,0 +1,197 @@
+"""PoE capsules: Algorithm 1, free energy, decoder rule, against loops and autograd.
+
+Every reference here is computed independently of ``selfcaps.methods.poe``: explicit
+loops over capsules or ``torch.autograd`` on a plain formula, in float64.
+"""
+
+import pytest
+import torch
+
+from selfcaps.caps import squash, unsquash
+from selfcaps.methods.poe import (
+    PoE,
+    cd_chain,
+    class_purity,
+    data_term,
+    decoder_update,
+    encoder_cd_update,
+    log_marginal,
+    stage_of,
+)
+from selfcaps.models.poe import RoutedCaps
+
+N, DIN, M, DOUT, B = 7, 3, 4, 5, 6
+
+
+def _layer(normalize="children", seed=0, std=0.5, n=N, din=DIN, m=M, dout=DOUT):
+    torch.manual_seed(seed)
+    layer = RoutedCaps(n, din, m, dout, iters=3, normalize=normalize, init_std=std).double()
+    x = squash(torch.randn(B, n, din, dtype=torch.float64))
+    return layer, x
+
+
+# Weights are in DenseCaps's GEMM layout (N, D_in, M * D_out): the vote of child i for
+# parent j is x_i @ w[i, :, j * D_out:(j + 1) * D_out], i.e. W_ij = that block transposed.
+def _block(w, i, j, dout):
+    return w[i, :, j * dout : (j + 1) * dout]
+
+
+def _z_loop(w, x, c, dout=DOUT):
+    """z_j = sum_i c_ij W_ij x_i, one capsule pair at a time."""
+    m = c.shape[2]
+    z = torch.zeros(x.shape[0], m, dout, dtype=x.dtype)
+    for b in range(x.shape[0]):
+        for i in range(w.shape[0]):
+            for j in range(m):
+                z[b, j] += c[b, i, j] * (x[b, i] @ _block(w, i, j, dout))
+    return z
+
+
+def _x_rec_loop(w, y, c):
+    """x~_i = squash(sum_j c_ij W_ij^T y_j), one capsule pair at a time."""
+    zt = torch.zeros(y.shape[0], w.shape[0], w.shape[1], dtype=y.dtype)
+    for b in range(y.shape[0]):
+        for i in range(w.shape[0]):
+            for j in range(y.shape[1]):
+                zt[b, i] += c[b, i, j] * (_block(w, i, j, y.shape[2]) @ y[b, j])
+    return squash(zt)
+
+
+def _autograd_data_term(w, x, c):
+    """d/dW of mean_b sum_j log(1 + |z_j|^2) at fixed c (eq. 10), by autograd."""
+    w = w.detach().clone().requires_grad_(True)
+    z = _z_loop(w, x, c)
+    torch.log1p(z.pow(2).sum(-1)).sum(-1).mean().backward()
+    return w.grad
+
+
+@pytest.mark.parametrize("normalize", ["children", "parents"])
+def test_data_term_is_the_gradient_of_the_log_marginal_at_fixed_c(normalize):
+    layer, x = _layer(normalize)
+    with torch.no_grad():
+        _, _, c = layer.route(x)
+    if normalize == "children":
+        torch.testing.assert_close(c.sum(1), torch.ones(B, M, dtype=torch.float64))
+    else:
+        torch.testing.assert_close(c.sum(2), torch.ones(B, N, dtype=torch.float64))
+    expected = _autograd_data_term(layer.weight, x, c)
+    torch.testing.assert_close(data_term(layer, x, c), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_data_term_with_arbitrary_coefficients():
+    layer, x = _layer(std=2.0)  # large weights: |z| >> 1, the 1 / (1 + |z|^2) factor matters
+    c = torch.rand(B, N, M, dtype=torch.float64)
+    expected = _autograd_data_term(layer.weight, x, c)
+    torch.testing.assert_close(data_term(layer, x, c), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_encoder_update_is_data_minus_reconstruction_term():
+    layer, x = _layer()
+    with torch.no_grad():
+        dw, stats = encoder_cd_update(layer, x)
+        z, y, c = layer.route(x)
+        x_rec = _x_rec_loop(layer.weight, y, c)
+        z_rec = _z_loop(layer.weight, x_rec, c)
+    torch.testing.assert_close(z, _z_loop(layer.weight, x, c))
+    expected = _autograd_data_term(layer.weight, x, c) - _autograd_data_term(layer.weight, x_rec, c)
+    torch.testing.assert_close(dw, expected, rtol=1e-10, atol=1e-12)
+    f_data = -torch.log1p(z.pow(2).sum(-1)).sum(-1).mean()
+    f_rec = -torch.log1p(z_rec.pow(2).sum(-1)).sum(-1).mean()
+    torch.testing.assert_close(stats["free_energy_gap"], f_data - f_rec)
+
+
+def test_log_marginal_by_hand():
+    z = torch.tensor([[[3.0, 4.0], [0.0, 1.0]]], dtype=torch.float64)
+    torch.testing.assert_close(log_marginal(z), torch.log(torch.tensor([26.0 * 2.0])).double())
+
+
+def test_unsquash_inverts_squash():
+    torch.manual_seed(0)
+    z = (
+        torch.randn(500, 8, dtype=torch.float64)
+        * torch.logspace(-2, 1.3, 500).unsqueeze(1).double()
+    )
+    torch.testing.assert_close(unsquash(squash(z)), z, rtol=1e-8, atol=1e-10)
+    assert (squash(z).norm(dim=-1) < 1).all()
+
+
+def test_one_cd_update_lowers_the_free_energy_gap():
+    """dW is the gradient of -(F(x) - F(x~)) at fixed c and x~: a small step lowers the gap.
+
+    The decrease must also match the first-order prediction lr * |dW|^2.
+    """
+    layer, x = _layer(std=0.3)
+    with torch.no_grad():
+        ch = cd_chain(layer, x)
+        dw, _ = encoder_cd_update(layer, x)
+
+        def gap(w):
+            f = -torch.log1p(_z_loop(w, x, ch.c).pow(2).sum(-1)).sum(-1).mean()
+            f_rec = -torch.log1p(_z_loop(w, ch.x_rec, ch.c).pow(2).sum(-1)).sum(-1).mean()
+            return f - f_rec
+
+        lr = 1e-4
+        before, after = gap(layer.weight), gap(layer.weight + lr * dw)
+    assert after < before
+    predicted = -lr * dw.pow(2).sum()
+    torch.testing.assert_close(after - before, predicted, rtol=1e-2, atol=0)
+
+
+def test_cd_training_on_a_toy_batch_separates_data_from_reconstructions():
+    """A few full steps of Algorithm 1 (routing recomputed) push the gap below its start."""
+    layer, x = _layer(std=0.05)
+    with torch.no_grad():
+        start = encoder_cd_update(layer, x)[1]["free_energy_gap"]
+        for _ in range(20):
+            layer.weight += 0.5 * encoder_cd_update(layer, x)[0]
+        end = encoder_cd_update(layer, x)[1]["free_energy_gap"]
+    assert end < start < 0.05
+
+
+def test_decoder_update_by_loops_and_descent_of_its_error():
+    torch.manual_seed(1)
+    n_caps, d_caps, n_prim, d_prim = 3, 4, 6, 2
+    dec = RoutedCaps(n_caps, d_caps, n_prim, d_prim, init_std=0.5).double()
+    y = squash(torch.randn(B, n_caps, d_caps, dtype=torch.float64))
+    x = squash(torch.randn(B, n_prim, d_prim, dtype=torch.float64))
+    with torch.no_grad():
+        du, stats = decoder_update(dec, y, x)
+        _, x_hat, e = dec.route(y)
+    u = dec.weight
+    expected = torch.zeros_like(u)
+    for b in range(B):
+        for j in range(n_caps):
+            for i in range(n_prim):
+                outer = torch.outer(y[b, j], x[b, i] - x_hat[b, i])  # the block of U_ji^T
+                _block(expected, j, i, d_prim).add_(2 * e[b, j, i] * outer / B)
+    torch.testing.assert_close(du, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(stats["recon_caps_mse"], (x - x_hat).pow(2).mean())
+
+    def err(w):  # squared error of the top-down reconstruction at fixed e
+        return (x - squash(_z_loop(w, y, e, d_prim))).pow(2).sum()
+
+    assert err(u + 1e-3 * du) < err(u)
+
+
+def test_stage_schedule_and_purity():
+    assert [stage_of(e, [1, 2, 1]) for e in range(5)] == [1, 2, 2, 3, 3]
+    assert [stage_of(e, [0, 0, 2]) for e in range(2)] == [3, 3]
+    assert class_purity(torch.tensor([1, 1, 1, 1])) == (100.0, 1)
+    assert class_purity(torch.tensor([2, 0, 2, 5, 5, 2])) == (50.0, 2)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("model.normalize", "rows", "model.normalize"),
+        ("model.stage_epochs", [1, 1], "model.stage_epochs"),
+        ("trainer.epochs", 5, "trainer.epochs .5. must equal"),
+        ("cd.lr_encoder", 0.0, "cd.lr_encoder"),
+    ],
+)
+def test_validate_config_names_the_key(key, value, match):
+    from selfcaps.cli.config import load_config
+
+    cfg = load_config("poe", "quick", [(key, value)])
+    with pytest.raises(ValueError, match=match):
+        PoE.validate_config(cfg)
