@@ -84,6 +84,16 @@ class EncapNetMethod(CapsuleMethod):
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_top1", "max")
     knn_monitor: ClassVar[bool] = False
+    bench_protocol: ClassVar[str] = "supervised (test top-1)"
+    bench_keys: ClassVar[dict[str, str | None]] = {
+        "top1": "test_top1",
+        "top5": "test_top5",
+        "pixels": None,
+        "random_init": None,
+    }
+    bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "svhn")
+    #: Li et al. 2018, encapnet18 without strong augmentation: 100 - error.
+    paper_results: ClassVar[dict[str, float]] = {"cifar10": 95.45, "cifar100": 73.23, "svhn": 97.99}
     cli_flags: ClassVar[dict[str, CliFlag]] = {
         "--variant": CliFlag("model.variant", str, "EncapNet capConvs", ("master", "master_aide")),
         "--ot": CliFlag("loss.ot", on_off, "feedback agreement units: on|off"),

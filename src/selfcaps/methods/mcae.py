@@ -119,6 +119,21 @@ class MCAE(CapsuleMethod):
     name: ClassVar[str] = "mcae"
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_mse", "min")
+    bench_protocol: ClassVar[str] = "finetune (class capsules)"
+    bench_keys: ClassVar[dict[str, str | None]] = {
+        "top1": "finetune_top1",
+        "top5": "finetune_top5",
+        "pixels": None,
+        "random_init": None,
+    }
+    bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "fashion_mnist", "cifar100")
+    #: Everett et al., Table 1 (ConvMixer, 50 + 350 epochs).
+    paper_results: ClassVar[dict[str, float]] = {
+        "mnist": 99.6,
+        "fashion_mnist": 95.0,
+        "cifar10": 92.8,
+        "smallnorb": 95.0,
+    }
     cli_flags: ClassVar[dict[str, CliFlag]] = {
         "--pretrain-epochs": CliFlag(
             "trainer.epochs", int, "MCAE pretraining epochs (0: no pretraining)"

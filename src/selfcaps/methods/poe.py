@@ -77,6 +77,7 @@ images of the validation and test reconstruction metrics (for CPU runs).
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import Any, ClassVar, NamedTuple
 
@@ -234,6 +235,19 @@ def stage_of(epoch: int, stage_epochs: list[int] | tuple[int, ...]) -> int:
     return 1 if epoch < a else 2 if epoch < a + b else 3
 
 
+def stages_completed(epochs_done: int, stage_epochs: list[int] | tuple[int, ...]) -> int:
+    """How many of the three stages ran all their epochs after ``epochs_done`` full epochs.
+
+    Examples:
+        >>> [stages_completed(e, [2, 1, 1]) for e in (0, 1, 2, 3, 4)]
+        [0, 0, 1, 2, 3]
+        >>> stages_completed(0, [0, 0, 1])
+        2
+    """
+    ends = torch.tensor([int(s) for s in stage_epochs]).cumsum(0)
+    return int((ends <= int(epochs_done)).sum())
+
+
 def class_purity(predictions: Tensor) -> tuple[float, int]:
     """Share (percent) of the most frequent class among ``predictions`` and that class.
 
@@ -272,6 +286,14 @@ class PoE(CapsuleMethod):
     name: ClassVar[str] = "poe"
     monitor_feature: ClassVar[str] = "capsules"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_select", "min")
+    bench_protocol: ClassVar[str] = "generation (class purity of samples)"
+    bench_keys: ClassVar[dict[str, str | None]] = {
+        "top1": "purity_mean",
+        "top5": None,
+        "pixels": None,
+        "random_init": "purity_mean_untrained",
+    }
+    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "fashion_mnist")
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
@@ -471,7 +493,15 @@ class PoE(CapsuleMethod):
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Test-split reconstructions and free energies; per-capsule purity of samples."""
         self.eval()
-        metrics: dict[str, float | int | str] = {}
+        done = stages_completed(self.current_epoch, self.cfg.model.stage_epochs)
+        if done < 3:
+            warnings.warn(
+                f"poe: training stopped (trainer.max_time / max_steps) after {done} of 3 stages "
+                f"(model.stage_epochs={list(self.cfg.model.stage_epochs)}); the later stages' "
+                "layers are untrained and their metrics describe an initialisation",
+                stacklevel=2,
+            )
+        metrics: dict[str, float | int | str] = {"stages_completed": done}
         untrained = self.untrained_network() if self.cfg.eval.baselines else None
         test = dm.eval_loader("test")
         metrics.update(_mean_stats(self.poe, test, self.cfg))

@@ -133,6 +133,14 @@ class SparseCaps(CapsuleMethod):
     name: ClassVar[str] = "sparsecaps"
     monitor_feature: ClassVar[str] = "unmasked"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
+    bench_protocol: ClassVar[str] = "SVM (RBF) on latent capsules"
+    bench_keys: ClassVar[dict[str, str | None]] = {
+        "top1": "svm_mnist",
+        "top5": None,
+        "pixels": "svm_mnist_pixels",
+        "random_init": None,
+    }
+    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist")
     cli_flags: ClassVar[dict[str, CliFlag]] = {
         "--variant": CliFlag(
             "model.variant",
