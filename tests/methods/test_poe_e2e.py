@@ -138,3 +138,14 @@ def test_a_diverging_cd_update_stops_the_run_with_a_named_error(tmp_path, capsys
     assert main([*args, "model.stage_epochs=[0,1,0]", "cd.lr_encoder=1e38"]) == 3
     err = capsys.readouterr().err
     assert "step 1 (epoch 0): loss is nan; stopping" in err  # the free-energy gap: inf - inf
+
+
+def test_a_budget_that_ends_before_the_last_stage_is_reported(tmp_path, run_dir):
+    """--max-steps 1 stops in stage 1: a warning, and ``stages_completed`` says so."""
+    out = tmp_path / "short"
+    with pytest.warns(UserWarning, match="after 0 of 3 stages"):
+        assert (
+            main(["run", "poe", "--out", str(out), "--epochs", "3", "--max-steps", "1", *TINY]) == 0
+        )
+    assert json.loads((out / "metrics.json").read_text())["stages_completed"] == 0
+    assert json.loads((run_dir / "metrics.json").read_text())["stages_completed"] == 3

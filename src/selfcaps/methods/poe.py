@@ -299,6 +299,14 @@ class PoE(CapsuleMethod):
         super().__init__(cfg)
         self.automatic_optimization = False
         self._hemisphere_sum: Tensor | None = None
+        #: Epochs whose every batch was trained (a budget can stop one midway, which
+        #: Lightning still counts in ``current_epoch``); checkpointed, for ``stages_completed``.
+        self.register_buffer("epochs_finished", torch.zeros((), dtype=torch.long))
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Count the epoch as finished at its last batch."""
+        if batch_idx + 1 >= self.trainer.num_training_batches:
+            self.epochs_finished.fill_(self.current_epoch + 1)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -493,7 +501,7 @@ class PoE(CapsuleMethod):
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Test-split reconstructions and free energies; per-capsule purity of samples."""
         self.eval()
-        done = stages_completed(self.current_epoch, self.cfg.model.stage_epochs)
+        done = stages_completed(int(self.epochs_finished), self.cfg.model.stage_epochs)
         if done < 3:
             warnings.warn(
                 f"poe: training stopped (trainer.max_time / max_steps) after {done} of 3 stages "
