@@ -86,8 +86,8 @@ def _both_parts(tmp_path):
 
 def test_azimuth_viewpoint_split_union(tmp_path):
     _both_parts(tmp_path)
-    train = SmallNORB(tmp_path, train=True, size=8, viewpoint="azimuth")
-    test = SmallNORB(tmp_path, train=False, size=8, viewpoint="azimuth")
+    train = SmallNORB(tmp_path, train=True, size=8, viewpoint="azimuth", pool="union")
+    test = SmallNORB(tmp_path, train=False, size=8, viewpoint="azimuth", pool="union")
     deg = lambda ds: set((ds.info[:, 2] * 10).tolist())  # noqa: E731
     assert deg(train) == {300, 320, 340, 0, 20, 40}
     assert deg(test) == set(range(60, 281, 20))
@@ -108,7 +108,10 @@ def test_registry_variants(tmp_path):
     _both_parts(tmp_path)
     val = get_dataset("smallnorb_azimuth", tmp_path, split="val", size=8)
     train = get_dataset("smallnorb_azimuth", tmp_path, split="train", size=8)
-    assert len(val) + len(train) == 2 * 9 * 6
+    assert len(val) + len(train) == 9 * 6  # the training file's familiar azimuths only
+    union = get_dataset("smallnorb_azimuth_union", tmp_path, split="train", size=8)
+    union_val = get_dataset("smallnorb_azimuth_union", tmp_path, split="val", size=8)
+    assert len(union) + len(union_val) == 2 * 9 * 6
     assert get_dataset("smallnorb_elevation", tmp_path, split="test", size=8).data.shape[1:] == (
         1,
         8,
@@ -119,9 +122,10 @@ def test_registry_variants(tmp_path):
 def test_union_needs_all_six_files(tmp_path):
     write_smallnorb(tmp_path, "train", norb_info([0], [0]), size=8)
     with pytest.raises(DatasetNotFoundError) as err:
-        SmallNORB(tmp_path, viewpoint="azimuth", size=8)
+        SmallNORB(tmp_path, viewpoint="azimuth", size=8, pool="union")
     msg = str(err.value)
-    assert "smallnorb_azimuth" in msg and "smallnorb-5x01235x9x18x6x2x96x96-testing-dat.mat" in msg
+    assert "smallnorb_azimuth_union" in msg
+    assert "smallnorb-5x01235x9x18x6x2x96x96-testing-dat.mat" in msg
     assert "training-dat.mat" not in msg
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, load_config, load_yaml, parse_overrides
 from selfcaps.cli.validate import validate_config
-from selfcaps.methods import CapsuleMethod, get_method, list_methods
+from selfcaps.methods import CapsuleMethod, CliFlag, get_method, list_methods
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.engine import build_trainer
 from selfcaps.methods.io import (
@@ -93,14 +93,25 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="skip steps with a non-finite loss or gradient instead of stopping",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    seen: dict[str, str] = {}
+    by_flag: dict[str, list[tuple[str, CliFlag]]] = {}
     for name in list_methods():
         for flag, spec in get_method(name).cli_flags.items():
-            if flag in seen:
-                continue
-            seen[flag] = spec.key
+            by_flag.setdefault(flag, []).append((name, spec))
+    for flag, specs in by_flag.items():
+        if len(specs) == 1:
+            spec = specs[0][1]
             p.add_argument(
                 flag, type=spec.type, choices=spec.choices, help=f"{spec.help} (sets {spec.key})"
+            )
+        else:  # several methods share the flag: choices are checked per method after parsing
+            p.add_argument(
+                flag,
+                help="; ".join(
+                    f"{name}: {spec.help}"
+                    + (f" {{{','.join(map(str, spec.choices))}}}" if spec.choices else "")
+                    + f" (sets {spec.key})"
+                    for name, spec in specs
+                ),
             )
 
 
@@ -127,14 +138,23 @@ def _overrides_from_args(
         if getattr(args, attr, False):
             pairs.append((key, attr != "no_progress"))
     known = method.cli_flags
+    owners: dict[str, str] = {}
     for name in list_methods():
-        for flag, spec in get_method(name).cli_flags.items():
-            value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
-            if value is None:
-                continue
+        for flag in get_method(name).cli_flags:
+            owners.setdefault(flag, name)
+    for flag, owner in owners.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if value is not None:
             if flag not in known:
-                raise ConfigError(f"{flag} is an option of {name}, not of {method.name}")
-            pairs.append((spec.key, value))
+                raise ConfigError(f"{flag} is an option of {owner}, not of {method.name}")
+            own = known[flag]
+            value = own.type(value)
+            if own.choices and value not in own.choices:
+                raise ConfigError(
+                    f"{flag} of {method.name}: expected one of {', '.join(map(str, own.choices))}, "
+                    f"got {value!r}"
+                )
+            pairs.append((own.key, value))
     return pairs + parse_overrides(args.overrides)
 
 

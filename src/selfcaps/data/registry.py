@@ -135,13 +135,22 @@ _REGISTRY: dict[str, _Entry] = {
             name, 5, 1, (48, 48), (0.5,), (0.5,), False, description,
             "placeholder (0.5, 0.5): not measured, the data is not available here; Hinton et al. "
             "2018 standardise each image instead",
-        ), {"viewpoint": viewpoint})
-        for name, viewpoint, description in [
-            ("smallnorb", None, "smallNORB toys, left view at 48x48, 24,300 train / 24,300 test"),
-            ("smallnorb_azimuth", "azimuth",
-             "smallNORB novel azimuths: train 300..40 deg, test 60..280 deg (union of train+test)"),
-            ("smallnorb_elevation", "elevation",
-             "smallNORB novel elevations: train 30..40 deg, test 45..70 deg (union of train+test)"),
+        ), {"viewpoint": viewpoint, "pool": pool})
+        for name, viewpoint, pool, description in [
+            ("smallnorb", None, "official",
+             "smallNORB toys, left view at 48x48, 24,300 train / 24,300 test"),
+            ("smallnorb_azimuth", "azimuth", "official",
+             "smallNORB novel azimuths (Hinton et al. 2018): train 300..40 deg of the training "
+             "file, test 60..280 deg of the test file"),
+            ("smallnorb_elevation", "elevation", "official",
+             "smallNORB novel elevations (Hinton et al. 2018): train 30..40 deg of the training "
+             "file, test 45..70 deg of the test file"),
+            ("smallnorb_azimuth_union", "azimuth", "union",
+             "smallNORB novel azimuths from the union of both files (same instances in train "
+             "and test)"),
+            ("smallnorb_elevation_union", "elevation", "union",
+             "smallNORB novel elevations from the union of both files (same instances in train "
+             "and test)"),
         ]
     },
 }  # fmt: skip
@@ -159,8 +168,9 @@ def list_datasets(pattern: str = "*") -> list[str]:
         Sorted names.
 
     Examples:
-        >>> list_datasets("smallnorb*")
-        ['smallnorb', 'smallnorb_azimuth', 'smallnorb_elevation']
+        >>> list_datasets("smallnorb*")  # doctest: +NORMALIZE_WHITESPACE
+        ['smallnorb', 'smallnorb_azimuth', 'smallnorb_azimuth_union', 'smallnorb_elevation',
+         'smallnorb_elevation_union']
     """
     names = [*sorted(_REGISTRY), f"{IMAGEFOLDER_PREFIX}<path>"]
     return [n for n in names if fnmatch.fnmatch(n, pattern)]

@@ -25,11 +25,13 @@ do before cropping 32x32 patches; ``size=96`` keeps the original).
   test on 60 .. 280;
 * ``viewpoint="elevation"``: train on elevations {30, 35, 40}, test on 45 .. 70.
 
-With ``pool="union"`` (default) both splits are drawn from the union of the
-official training and test files, so familiar and novel views cover all ten
-instances and only the viewpoint changes between train and test. With
-``pool="official"`` the training views come from the official training file and
-the test views from the official test file (new viewpoints *and* new instances).
+With ``pool="official"`` (default, Hinton et al.'s protocol: "train on one third of
+the training data ... test on two thirds of the test data") the training views come
+from the official training file and the test views from the official test file (new
+viewpoints *and* new instances). With ``pool="union"`` (datasets
+``smallnorb_azimuth_union`` / ``smallnorb_elevation_union``) both splits are drawn from
+the union of the two files, so familiar and novel views cover all ten instances and
+only the viewpoint changes between train and test.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class SmallNORB(FileDataset):
         download: bool = False,
         size: int = 48,
         viewpoint: Literal["azimuth", "elevation"] | None = None,
-        pool: Literal["union", "official"] = "union",
+        pool: Literal["union", "official"] = "official",
         root_source: str | None = None,
     ) -> None:
         if viewpoint not in (None, "azimuth", "elevation") or pool not in ("union", "official"):
@@ -179,6 +181,8 @@ class SmallNORB(FileDataset):
                 f"'official', got {viewpoint!r} and {pool!r}"
             )
         self.name = "smallnorb" if viewpoint is None else f"smallnorb_{viewpoint}"
+        if viewpoint is not None and pool == "union":
+            self.name += "_union"
         self.size, self.viewpoint, self.pool = size, viewpoint, pool
         super().__init__(root, train, transform, download, root_source)
 

@@ -1,0 +1,38 @@
+"""Method flags of ``selfcaps run``: a flag two methods share takes each method's own choices."""
+
+import pytest
+
+from selfcaps.cli.config import ConfigError
+from selfcaps.cli.main import build_parser
+from selfcaps.cli.run import _overrides_from_args
+from selfcaps.methods import get_method
+
+
+def _overrides(*argv: str) -> list:
+    args = build_parser().parse_args(["run", *argv])
+    return _overrides_from_args(args, get_method(args.method))
+
+
+@pytest.mark.parametrize(
+    ("method", "value"),
+    [("sparsecaps", "dense"), ("sparsecaps", "supervised"), ("encapnet", "master")],
+)
+def test_shared_variant_flag_accepts_each_methods_choices(method, value):
+    assert ("model.variant", value) in _overrides(method, "--variant", value)
+
+
+def test_shared_variant_flag_rejects_another_methods_choice_by_name():
+    with pytest.raises(
+        ConfigError,
+        match=r"--variant of encapnet: expected one of master, master_aide, got 'dense'",
+    ):
+        _overrides("encapnet", "--variant", "dense")
+
+
+def test_a_flag_of_another_method_is_named():
+    with pytest.raises(ConfigError, match="--pretrain-epochs is an option of mcae, not of coca"):
+        _overrides("coca", "--pretrain-epochs", "0")
+
+
+def test_single_method_flags_are_typed():
+    assert ("trainer.epochs", 0) in _overrides("mcae", "--pretrain-epochs", "0")
