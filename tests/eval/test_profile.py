@@ -66,3 +66,22 @@ def test_breakdown_and_report():
     text = format_profile(p)
     assert "NOT counted" in text and "squash" in text and "softmax" in text
     assert "CapsNet.classes" in text and "FLOPs per image" in text
+
+
+def test_breakdown_through_an_uncalled_module_list():
+    """Modules in an nn.ModuleList (never called itself) are charged to the real caller."""
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(8, 8, bias=False), nn.Linear(8, 4, bias=False)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    prof = profile_model(Stack(), (1, 8))
+    by_name = {m["name"].split(".", 1)[-1]: m["flops"] for m in prof["modules"]}
+    assert by_name == {"blocks.0": 2 * 8 * 8, "blocks.1": 2 * 8 * 4}  # Stack itself owns 0
+    assert sum(m["share"] for m in prof["modules"]) == pytest.approx(100.0)

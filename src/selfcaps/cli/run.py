@@ -235,7 +235,7 @@ def _print_table(title: str, metrics: dict[str, Any]) -> None:
     print(f"\n{title}")
     print("-" * (width + 14))
     for k, v in metrics.items():
-        val = f"{v:10.2f}" if isinstance(v, float) else f"{v!s:>10}"
+        val = f"{v:10.4g}" if isinstance(v, float) else f"{v!s:>10}"
         print(f"{k:<{width}}  {val}")
     print("-" * (width + 14))
 

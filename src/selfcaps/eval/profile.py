@@ -129,12 +129,22 @@ def count_flops(
 
 
 def _own_flops(inclusive: dict[str, int]) -> dict[str, int]:
-    """FLOPs of each tracked module excluding its tracked submodules."""
+    """FLOPs of each tracked module excluding its tracked submodules.
+
+    Each module's FLOPs are taken from its nearest tracked ancestor, which need not
+    be its parent: containers such as ``nn.ModuleList`` are never called, so never tracked.
+
+    Examples:
+        >>> _own_flops({"net": 10, "net.blocks.0": 3, "net.blocks.1": 4, "net.blocks.1.a": 1})
+        {'net': 3, 'net.blocks.0': 3, 'net.blocks.1': 3, 'net.blocks.1.a': 1}
+    """
     own = dict(inclusive)
     for name, flops in inclusive.items():
-        parent = name.rpartition(".")[0]
-        if parent in own:
-            own[parent] -= flops
+        ancestor = name.rpartition(".")[0]
+        while ancestor and ancestor not in own:
+            ancestor = ancestor.rpartition(".")[0]
+        if ancestor in own and ancestor != name:
+            own[ancestor] -= flops
     return own
 
 

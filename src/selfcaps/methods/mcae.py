@@ -119,6 +119,7 @@ class MCAE(CapsuleMethod):
     name: ClassVar[str] = "mcae"
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_mse", "min")
+    knn_monitor: ClassVar[bool] = False
     bench_protocol: ClassVar[str] = "finetune (class capsules)"
     bench_keys: ClassVar[dict[str, str | None]] = {
         "top1": "finetune_top1",
@@ -243,9 +244,7 @@ class MCAE(CapsuleMethod):
         self._val_sums = torch.zeros(2, dtype=torch.float64)
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Masked-patch MSE of a validation batch (loader 1; loader 0, the kNN bank, is unused)."""
-        if dataloader_idx != 1:
-            return
+        """Masked-patch MSE of a validation batch (no kNN monitor: the only loader is ``val``)."""
         x, _ = batch
         mse = self._fixed_mask_mse(x, batch_idx)
         self._val_sums += torch.tensor([float(mse) * x.shape[0], x.shape[0]], dtype=torch.float64)

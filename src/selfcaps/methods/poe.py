@@ -286,6 +286,7 @@ class PoE(CapsuleMethod):
     name: ClassVar[str] = "poe"
     monitor_feature: ClassVar[str] = "capsules"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_select", "min")
+    knn_monitor: ClassVar[bool] = False
     bench_protocol: ClassVar[str] = "generation (class purity of samples)"
     bench_keys: ClassVar[dict[str, str | None]] = {
         "top1": "purity_mean",
@@ -458,9 +459,7 @@ class PoE(CapsuleMethod):
         self._store_hemisphere()
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Reconstruction errors and the free-energy gap of the validation split (loader 1)."""
-        if dataloader_idx == 0:  # the kNN bank of the shared data module: not used here
-            return
+        """Reconstruction errors and the free-energy gap of the validation split."""
         x = _first_images(batch[0], batch_idx * int(self.cfg.data.eval_batch_size), self.cfg)
         if x is None:
             return
