@@ -4,9 +4,10 @@ A unit holds
 
 * a generator ``g_psi``: a "deconvolutional" capConv, ``ConvTranspose2d``
   (3x3, stride 2 when the higher map is half the lower map's size, else 1),
-  BatchNorm, ReLU and, when ``encapsulated``, a convolution grouped by capsule
-  type followed by squash per capsule; it maps the higher capsules to the lower
-  layer's shape;
+  BatchNorm and ReLU; when ``encapsulated`` the transposed convolution itself is
+  grouped by capsule type (type t of the higher layer generates type t of the
+  lower one) and its output squashed per capsule; it maps the higher capsules to
+  the lower layer's shape;
 * a feature extractor ``f_phi`` shared by both inputs: two 3x3 stride-2
   convolutions (channels ``C -> C/4 -> 1``) with BatchNorm and ReLU, reducing
   a ``C x H x W`` map to ``H/4 * W/4`` numbers (reference code ``critic``);
@@ -35,7 +36,7 @@ class CapsuleDeconv2d(nn.Module):
         in_channels: Channels of the higher capsules.
         out_channels: Channels of the lower capsules.
         upsample: 2 doubles the spatial size (stride 2), 1 keeps it.
-        num_caps: Capsule types (for the grouped convolution and squash); ``None`` = not
+        num_caps: Capsule types (the transposed convolution's groups, and squash); ``None`` = not
             encapsulated (a plain deconvolution, the reference code's default).
 
     Examples:
