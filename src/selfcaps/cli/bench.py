@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from selfcaps import __version__
-from selfcaps.cli.config import ConfigError, list_presets
+from selfcaps.cli.config import ConfigError, default_preset
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.io import atomic_write_text
 
@@ -108,13 +108,6 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-only", action="store_true", help="only rebuild the report")
 
 
-def _preset(method: str, dataset: str, paper: bool) -> str:
-    presets = list_presets(method).get(method, [])
-    if paper:
-        return "paper"
-    return f"quick_{dataset}" if f"quick_{dataset}" in presets else "quick"
-
-
 def plan(args: argparse.Namespace) -> list[BenchRow]:
     """The (method, dataset) pairs to run, with their run directories and commands."""
     methods = args.methods or list_methods()
@@ -131,7 +124,7 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
                 "run",
                 m,
                 "--preset",
-                _preset(m, dataset, args.paper),
+                "paper" if args.paper else default_preset(m, dataset),
                 "--data",
                 dataset,
                 "--max-time",

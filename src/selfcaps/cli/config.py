@@ -79,6 +79,17 @@ def list_presets(method: str | None = None) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def default_preset(method: str, dataset: str | None) -> str:
+    """``quick_<dataset>`` if the method ships that preset (``coca_quick_cifar10``), else ``quick``.
+
+    Examples:
+        >>> default_preset("coca", "cifar10"), default_preset("coca", "svhn")
+        ('quick_cifar10', 'quick')
+    """
+    special = f"quick_{dataset}"
+    return special if dataset and special in list_presets(method).get(method, []) else "quick"
+
+
 def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
     """Dotted paths of every leaf of a configuration."""
     keys: list[str] = []
@@ -178,6 +189,9 @@ def load_config(
 ) -> DictConfig:
     """Build a run configuration: base, then the preset, then overrides.
 
+    A preset file with a top-level ``extends: OTHER`` is applied over the preset
+    ``OTHER`` of the same method (which may extend another in turn).
+
     Args:
         method: Method name (``coca``, ...).
         preset: Preset name (``quick``, ``paper``, ...).
@@ -202,10 +216,22 @@ def load_config(
             f"unknown preset {preset!r} for {method}.{_closest(preset, presets[method])} "
             f"Valid presets: {', '.join(presets[method])}"
         )
-    base = load_yaml("configs/base.yaml", _config_text("base.yaml"))
-    name = f"{method}_{preset}.yaml"
-    preset_cfg = load_yaml(f"configs/{name}", _config_text(name))
-    cfg = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(preset_cfg))
+    layers = [load_yaml("configs/base.yaml", _config_text("base.yaml"))]
+    chain = [preset]
+    while True:  # a preset may build on another of the same method: `extends: quick`
+        name = f"{method}_{chain[-1]}.yaml"
+        layer = load_yaml(f"configs/{name}", _config_text(name))
+        parent = layer.pop("extends", None)
+        layers.insert(1, layer)
+        if parent is None:
+            break
+        if parent not in presets[method] or parent in chain:
+            raise ConfigError(
+                f"configs/{name}: extends {parent!r}, which is not another preset of {method} "
+                f"(valid: {', '.join(p for p in presets[method] if p not in chain)})"
+            )
+        chain.append(parent)
+    cfg = OmegaConf.merge(*(OmegaConf.create(x) for x in layers))
     assert isinstance(cfg, DictConfig)
     cfg.method, cfg.preset = method, preset
     OmegaConf.set_struct(cfg, True)

@@ -16,7 +16,13 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from selfcaps.cli.config import ConfigError, load_config, load_yaml, parse_overrides
+from selfcaps.cli.config import (
+    ConfigError,
+    default_preset,
+    load_config,
+    load_yaml,
+    parse_overrides,
+)
 from selfcaps.cli.run import resolve_data_root
 from selfcaps.eval import finetune, format_profile, linear_probe, profile_model, svm_probe
 from selfcaps.methods import CapsuleMethod, get_method, list_methods
@@ -42,7 +48,7 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``selfcaps profile``."""
     p.add_argument("method", help=f"one of: {', '.join(list_methods())}")
     p.add_argument("overrides", nargs="*", metavar="key=value")
-    p.add_argument("--preset", default="quick")
+    p.add_argument("--preset", help="default: quick_<data> if the method has one, else quick")
     p.add_argument("--data", help="dataset whose image shape to profile (default: the preset's)")
 
 
@@ -156,7 +162,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides)
     if args.data:
         overrides.append(("data.name", args.data))
-    cfg = load_config(method_cls.name, args.preset, overrides, methods=list_methods())
+    preset = args.preset or default_preset(method_cls.name, args.data)
+    cfg = load_config(method_cls.name, preset, overrides, methods=list_methods())
     method = method_cls(cfg)
     net = method.network.eval()
     shape = tuple(method.example_input().shape)

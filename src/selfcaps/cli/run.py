@@ -24,7 +24,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from selfcaps import __version__
-from selfcaps.cli.config import ConfigError, load_config, load_yaml, parse_overrides
+from selfcaps.cli.config import (
+    ConfigError,
+    default_preset,
+    load_config,
+    load_yaml,
+    parse_overrides,
+)
 from selfcaps.cli.validate import validate_config
 from selfcaps.methods import CapsuleMethod, CliFlag, get_method, list_methods
 from selfcaps.methods.datamodule import SelfcapsDataModule
@@ -68,7 +74,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``run`` and ``pretrain`` (and every method's own flags)."""
     p.add_argument("method", help=f"one of: {', '.join(list_methods())}")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    p.add_argument("--preset", default="quick", help="YAML preset (default: quick)")
+    p.add_argument(
+        "--preset",
+        help="YAML preset (default: quick_<data> if the method has one for --data, else quick)",
+    )
     p.add_argument("--out", type=Path, help="run directory (default runs/<method>/<data>/<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from last.ckpt")
     p.add_argument("--data", help="dataset name (default: the preset's)")
@@ -188,8 +197,9 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
             if getattr(args, key) is not None:
                 cfg.trainer[key] = getattr(args, key)
         return cfg, args.out, ckpt, f"{saved} (data.root)"
+    preset = args.preset or default_preset(method.name, args.data)
     cfg = load_config(
-        method.name, args.preset, _overrides_from_args(args, method), methods=list_methods()
+        method.name, preset, _overrides_from_args(args, method), methods=list_methods()
     )
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)

@@ -1,0 +1,41 @@
+"""Shipped presets: every one loads; ``extends`` layers one preset over another."""
+
+import pytest
+from omegaconf import OmegaConf
+
+from selfcaps.cli import config
+from selfcaps.cli.config import ConfigError, list_presets, load_config
+
+
+@pytest.mark.parametrize(
+    ("method", "preset"), [(m, p) for m, ps in list_presets().items() for p in ps]
+)
+def test_every_shipped_preset_loads(method, preset):
+    cfg = load_config(method, preset)
+    assert cfg.method == method and cfg.preset == preset
+    assert "extends" not in cfg
+
+
+def test_extends_changes_only_what_the_child_sets():
+    base = OmegaConf.to_container(load_config("sparsecaps", "quick"))
+    child = OmegaConf.to_container(load_config("sparsecaps", "quick_mnist5k"))
+    diff = {
+        f"{section}.{key}"
+        for section, values in child.items()
+        if isinstance(values, dict)
+        for key in values
+        if values[key] != base[section][key]
+    }
+    assert diff == {"data.name", "trainer.epochs"}
+    assert child["preset"] == "quick_mnist5k"
+
+
+def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
+    files = {"base.yaml": "", "m_a.yaml": "extends: b\n", "m_b.yaml": "extends: a\n"}
+    files["m_c.yaml"] = "extends: nope\n"
+    monkeypatch.setattr(config, "_config_text", files.__getitem__)
+    monkeypatch.setattr(config, "list_presets", lambda method=None: {"m": ["a", "b", "c"]})
+    with pytest.raises(ConfigError, match=r"configs/m_b.yaml: extends 'a'"):
+        load_config("m", "a")
+    with pytest.raises(ConfigError, match=r"configs/m_c.yaml: extends 'nope'.*valid: a, b"):
+        load_config("m", "c")
