@@ -9,14 +9,12 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
+#: Flags every tiny test run shares: no progress bar, batch 32, deterministic, one thread.
+FAST = ["--no-progress", "--batch-size", "32", "--deterministic", "--threads", "1"]
+
 #: A CoCa run of a few seconds: 256 mnist5k images, batch 32, deterministic.
 TINY = [
-    "--no-progress",
-    "--batch-size",
-    "32",
-    "--deterministic",
-    "--threads",
-    "1",
+    *FAST,
     "data.train_subset=256",
     "data.eval_batch_size=256",
     "monitor.knn_every_n_epochs=1",
@@ -24,6 +22,26 @@ TINY = [
     "eval.knn_k=10",
     "eval.baselines=false",
 ]
+
+
+#: Files every run directory has (DESIGN.md), whatever the method.
+RUN_FILES = (
+    "config.yaml",
+    "metrics.json",
+    "metrics.csv",
+    "model.safetensors",
+    "config.json",
+    "checkpoints/last.ckpt",
+    "checkpoints/best.ckpt",
+    "figures/curves.png",
+)
+
+
+def assert_run_files(run_dir: Path, *extra: str) -> None:
+    """Every file of a run directory (:data:`RUN_FILES` and ``extra``) exists; no temporaries."""
+    missing = [name for name in (*RUN_FILES, *extra) if not (run_dir / name).is_file()]
+    assert missing == [], f"missing from {run_dir}: {missing}"
+    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
 
 
 def selfcaps_cmd(*args: str) -> list[str]:

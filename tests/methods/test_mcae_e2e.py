@@ -11,6 +11,7 @@ import selfcaps
 from selfcaps.cli import main
 from selfcaps.data import get_dataset
 from selfcaps.methods.io import load_checkpoint
+from tests.runs import assert_run_files
 
 TINY = [
     "--no-progress",
@@ -48,25 +49,14 @@ def rows(path):
 
 
 def test_run_directory_has_every_file(run_dir):
-    for name in (
-        "config.yaml",
-        "metrics.json",
-        "metrics.csv",
-        "model.safetensors",
-        "config.json",
-        "checkpoints/last.ckpt",
-        "checkpoints/best.ckpt",
-        "figures/curves.png",
+    finetune = ("metrics.csv", "model.safetensors", "config.json", "checkpoints/last.ckpt")
+    assert_run_files(
+        run_dir,
         "figures/retrieval.png",
         "figures/reconstruction.png",
-        "finetune/metrics.csv",
-        "finetune/model.safetensors",
-        "finetune/config.json",
-        "finetune/checkpoints/last.ckpt",
         "finetune/checkpoints/best.ckpt",
-    ):
-        assert (run_dir / name).is_file(), name
-    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+        *(f"finetune/{name}" for name in finetune),
+    )
 
 
 def test_metrics_and_selections_are_consistent(run_dir):

@@ -10,14 +10,10 @@ from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
+from tests.runs import FAST, assert_run_files
 
 TINY = [
-    "--no-progress",
-    "--batch-size",
-    "32",
-    "--deterministic",
-    "--threads",
-    "1",
+    *FAST,
     "model.stage_epochs=[1,1,1]",
     "model.channels=16",  # 2 capsule types x 36 positions: a fast network
     "data.train_subset=64",
@@ -35,21 +31,8 @@ def run_dir(tmp_path_factory):
 
 
 def test_run_directory_has_every_file(run_dir):
-    for name in (
-        "config.yaml",
-        "metrics.json",
-        "metrics.csv",
-        "model.safetensors",
-        "config.json",
-        "checkpoints/last.ckpt",
-        "checkpoints/best.ckpt",
-        "figures/curves.png",
-        "figures/samples.png",
-        "figures/samples_restricted.png",
-        "figures/reconstructions.png",
-    ):
-        assert (run_dir / name).is_file(), name
-    assert not list(run_dir.rglob("*.tmp")), "temporary files left behind"
+    figures = ("samples", "samples_restricted", "reconstructions")
+    assert_run_files(run_dir, *(f"figures/{f}.png" for f in figures))
     # 20 columns x 4 rows of 28x28 images with make_grid's 2-pixel padding
     assert Image.open(run_dir / "figures/samples.png").size == (20 * 30 + 2, 4 * 30 + 2)
 

@@ -12,6 +12,7 @@ from selfcaps.cli.config import load_config
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.sparsecaps import SparseCaps
+from tests.runs import assert_run_files
 
 # A network small enough for seconds of CPU: conv1 8 filters, 2 primary types, small decoder.
 TINY_MODEL = [
@@ -58,10 +59,7 @@ def run_dir(tmp_path_factory, data_root):
     return out
 
 
-RUN_FILES = ("config.yaml", "config.json", "metrics.json", "metrics.csv", "model.safetensors")
-CHECKPOINTS = ("last", "best")
 FIGURES = (
-    "curves",
     "fig2_reconstructions",
     "fig3_routing_support",
     "fig4_rank_frequency",
@@ -70,12 +68,7 @@ FIGURES = (
 
 
 def test_run_directory_has_every_file(run_dir):
-    expected = [
-        *RUN_FILES,
-        *(f"checkpoints/{c}.ckpt" for c in CHECKPOINTS),
-        *(f"figures/{f}.png" for f in FIGURES),
-    ]
-    assert [name for name in expected if not (run_dir / name).is_file()] == []
+    assert_run_files(run_dir, *(f"figures/{f}.png" for f in FIGURES))
 
 
 def test_metrics_have_the_three_protocols_per_kind(run_dir):

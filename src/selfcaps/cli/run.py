@@ -157,7 +157,11 @@ def _overrides_from_args(
             if flag not in known:
                 raise ConfigError(f"{flag} is an option of {owner}, not of {method.name}")
             own = known[flag]
-            value = own.type(value)
+            if isinstance(value, str):  # a shared flag: argparse left the typing to us
+                try:
+                    value = own.type(value)
+                except (ValueError, argparse.ArgumentTypeError) as e:
+                    raise ConfigError(f"{flag} of {method.name}: {e}") from None
             if own.choices and value not in own.choices:
                 raise ConfigError(
                     f"{flag} of {method.name}: expected one of {', '.join(map(str, own.choices))}, "
