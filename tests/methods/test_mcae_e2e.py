@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 
 import pytest
 import torch
@@ -105,3 +106,19 @@ def test_no_pretraining_baseline(tmp_path):
     assert m["finetune_epochs"] == 1 and m["best_finetune_epoch"] == 1
     assert (out / "figures" / "reconstruction.png").is_file()
     assert (out / "finetune" / "model.safetensors").is_file()
+
+
+def test_a_run_stopped_during_finetuning_resumes_and_finetunes_again(tmp_path, run_dir):
+    """No metrics.json (the process died in phase 2): --resume keeps the pretrained weights
+    (pretraining is complete in last.ckpt) and redoes finetuning deterministically."""
+    out = tmp_path / "crashed"
+    shutil.copytree(run_dir, out)
+    (out / "metrics.json").unlink()
+    pretrained = load_file(out / "model.safetensors")
+    assert main(["run", "mcae", "--out", str(out), "--resume", "--no-progress"]) == 0
+    before = json.loads((run_dir / "metrics.json").read_text())
+    after = json.loads((out / "metrics.json").read_text())
+    assert after["steps"] == before["steps"]  # no extra pretraining step
+    assert after["finetune_top1"] == before["finetune_top1"]  # --deterministic in TINY
+    for k, v in load_file(out / "model.safetensors").items():
+        assert torch.equal(v, pretrained[k]), k
