@@ -94,13 +94,28 @@ def test_generation_routes_one_capsule_and_unsquashes():
     s = torch.randn(3, 16, dtype=torch.float64)
     y = torch.zeros(3, 20, 16, dtype=torch.float64)
     y[:, 4] = squash(s)
-    _, v, e = net.decoder.route(y)
-    # children normalisation: the 19 silent capsules share the coefficients equally
-    torch.testing.assert_close(e.sum(1), torch.ones(3, 72, dtype=torch.float64))
-    torch.testing.assert_close(e[:, 0], e[:, 7])
-    assert (e[:, 4] > e[:, 0]).all()  # the active capsule agrees with its parents
+    # only capsule 4 is routed: with children normalisation its coefficients are all 1,
+    # so the primary capsules are squash(U_4j y_4) at full strength
+    v = squash(torch.einsum("iod,bd->bio", net.decoder.matrices[4], y[:, 4]))
     code = unsquash(v).reshape(3, 2, 6, 6, 8).permute(0, 1, 4, 2, 3).reshape(3, 16, 6, 6)
     torch.testing.assert_close(net.generate(4, s), net.ae.decode(code))
+    # routing all 20 capsules would give the 19 silent ones 19/20 of the coefficients
+    # and shrink the routed input ~20x (here the primary capsules ~10x)
+    _, v_all, e = net.decoder.route(y)
+    torch.testing.assert_close(e[:, 0], e[:, 7])
+    assert (v_all.norm(dim=-1) < 0.25 * v.norm(dim=-1)).all()
+    with pytest.raises(IndexError):
+        net.generate(20, s)
+
+
+def test_generation_with_parents_normalisation_equals_routing_every_capsule():
+    # a per-child softmax: the silent capsules never affected the active one's coefficients
+    torch.manual_seed(0)
+    net = PoECapsNet(channels=16, init_std=0.3, normalize="parents").double().eval()
+    s = torch.randn(3, 16, dtype=torch.float64)
+    y = torch.zeros(3, 20, 16, dtype=torch.float64)
+    y[:, 9] = squash(s)
+    torch.testing.assert_close(net.generate(9, s), net.decode_capsules(y))
 
 
 def test_restricted_draws_lie_in_the_visited_half_space():

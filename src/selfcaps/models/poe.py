@@ -19,7 +19,8 @@ parts, trained one after the other by ``selfcaps.methods.poe``:
 
 Generation (section 4.2): for capsule ``j`` draw ``s ~ N(0, I_16)``, set every
 other capsule to zero, squash, route through ``U`` to the 576 primary capsules,
-unsquash, reshape to 6x6x128 and decode. Restricted-domain sampling reflects
+unsquash, reshape to 6x6x128 and decode; the zero capsules take no part in the
+routing (see :meth:`PoECapsNet.generate`). Restricted-domain sampling reflects
 each draw into the half-space of the mean direction of capsule ``j`` over the
 training set (buffer :attr:`PoECapsNet.hemisphere`, filled during stage 3).
 """
@@ -310,10 +311,29 @@ class PoECapsNet(nn.Module):
 
     @torch.no_grad()
     def generate(self, capsule: int, draws: Tensor) -> Tensor:
-        """Images from draws ``(n, out_dim)`` for one capsule, every other capsule zero."""
-        y = draws.new_zeros(draws.shape[0], self.num_caps, self.out_dim)
-        y[:, capsule] = squash(draws)
-        return self.decode_capsules(y)
+        """Images from draws ``(n, out_dim)`` for one capsule, every other capsule zero.
+
+        The capsules that are off (zero) take no part in ``U``'s routing: only capsule
+        ``j``'s votes are routed. With the paper's normalisation over children
+        (``sum_j e_ji = 1`` over the 20 capsules) the 19 zero capsules would otherwise
+        take about 19/20 of every coefficient ``e_ji`` while voting nothing, shrinking
+        the routed total input ~20x (the squashed primary capsules ~400x) below
+        anything seen in training, so every capsule's samples decoded to the same
+        near-constant image. With ``normalize="parents"`` (per-child softmax) a zero
+        child never affected the other children's coefficients, so this is unchanged.
+        """
+        if not 0 <= capsule < self.num_caps:
+            raise IndexError(f"capsule {capsule} out of range [0, {self.num_caps})")
+        dec = self.decoder
+        # votes of capsule j alone, (n, 1, 576, 8): its row of the GEMM-layout weight
+        u_hat = (squash(draws) @ dec.weight[capsule]).view(-1, 1, dec.out_caps, dec.out_dim)
+        v, _ = dynamic_routing(
+            u_hat,
+            dec.iters,
+            agreement=dec.agreement,
+            normalize=dec.normalize,
+        )
+        return self.ae.decode(self.capsules_to_code(v))
 
     @torch.no_grad()
     def sample_grid(self, rows: int = 4, seed: int = 0, restricted: bool = False) -> Tensor:
