@@ -17,7 +17,8 @@ from selfcaps.data.paths import resolve_root
 
 NAMES = [
     "affnist", "affnist_like", "cifar10", "cifar100", "fashion_mnist", "mnist", "mnist5k",
-    "smallnorb", "smallnorb_azimuth", "smallnorb_elevation", "svhn",
+    "smallnorb", "smallnorb_azimuth", "smallnorb_azimuth_union", "smallnorb_elevation",
+    "smallnorb_elevation_union", "svhn",
 ]  # fmt: skip
 
 
