@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Flags every tiny test run shares: no progress bar, batch 32, deterministic, one thread.
 FAST = ["--no-progress", "--batch-size", "32", "--deterministic", "--threads", "1"]

@@ -9,14 +9,10 @@ from safetensors.torch import load_file
 import selfcaps
 from selfcaps.cli import main
 from tests.data.formats import write_svhn
-from tests.runs import assert_run_files
+from tests.runs import FAST, assert_run_files
 
 SMALL = [
-    "--no-progress",
-    "--batch-size",
-    "32",
-    "--threads",
-    "1",
+    *FAST,
     "data.eval_batch_size=256",
     "model.num_caps=8",
     "model.dims=[2,4]",
@@ -31,7 +27,7 @@ SMALL = [
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("encapnet") / "run"
     args = ["run", "encapnet", "--out", str(out), "--epochs", "2", "--data", "mnist5k"]
-    assert main([*args, *SMALL, "data.train_subset=128", "--deterministic"]) == 0
+    assert main([*args, *SMALL, "data.train_subset=128"]) == 0
     return out
 
 

@@ -12,17 +12,12 @@ import selfcaps
 from selfcaps.cli import main
 from selfcaps.data import get_dataset
 from selfcaps.methods.io import load_checkpoint
-from tests.runs import assert_run_files
+from tests.runs import FAST, assert_run_files
 
 TINY = [
-    "--no-progress",
+    *FAST,
     "--data",
     "mnist5k",
-    "--batch-size",
-    "32",
-    "--deterministic",
-    "--threads",
-    "1",
     "data.train_subset=64",
     "data.eval_batch_size=500",
     "model.dim=16",

@@ -102,11 +102,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="skip steps with a non-finite loss or gradient instead of stopping",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    by_flag: dict[str, list[tuple[str, CliFlag]]] = {}
-    for name in list_methods():
-        for flag, spec in get_method(name).cli_flags.items():
-            by_flag.setdefault(flag, []).append((name, spec))
-    for flag, specs in by_flag.items():
+    for flag, specs in _method_flags().items():
         if len(specs) == 1:
             spec = specs[0][1]
             p.add_argument(
@@ -122,6 +118,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                     for name, spec in specs
                 ),
             )
+
+
+def _method_flags() -> dict[str, list[tuple[str, CliFlag]]]:
+    """Every method-specific flag with the (method name, spec) pairs that declare it."""
+    by_flag: dict[str, list[tuple[str, CliFlag]]] = {}
+    for name in list_methods():
+        for flag, spec in get_method(name).cli_flags.items():
+            by_flag.setdefault(flag, []).append((name, spec))
+    return by_flag
 
 
 def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str, str]:
@@ -147,15 +152,12 @@ def _overrides_from_args(
         if getattr(args, attr, False):
             pairs.append((key, attr != "no_progress"))
     known = method.cli_flags
-    owners: dict[str, str] = {}
-    for name in list_methods():
-        for flag in get_method(name).cli_flags:
-            owners.setdefault(flag, name)
-    for flag, owner in owners.items():
+    for flag, specs in _method_flags().items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is not None:
             if flag not in known:
-                raise ConfigError(f"{flag} is an option of {owner}, not of {method.name}")
+                owners = " and ".join(name for name, _ in specs)
+                raise ConfigError(f"{flag} is an option of {owners}, not of {method.name}")
             own = known[flag]
             if isinstance(value, str):  # a shared flag: argparse left the typing to us
                 try:
