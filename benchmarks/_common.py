@@ -47,6 +47,11 @@ def interleaved_ratio(
     return statistics.median(ts), statistics.median(tf), statistics.median(ratios)
 
 
+def load_average() -> float:
+    """The machine's one-minute load average (NaN where the OS has none): these CPUs are shared."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
 def gemm_peak_flops(n: int = 2048, repeats: int = 5) -> float:
     """This machine's fp32 GEMM throughput in FLOP/s, measured now (best of ``repeats``)."""
     a, b = torch.randn(n, n), torch.randn(n, n)

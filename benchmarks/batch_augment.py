@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from _common import interleaved_ratio, set_threads
+from _common import interleaved_ratio, load_average, set_threads
 from selfcaps.data import BatchSimCLRTransform, SimCLRTransform
 
 CASES = {
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--blur", action="store_true", help="blur_prob=0.5 in both pipelines")
     args = ap.parse_args()
     set_threads(args.threads)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = load_average()
     print(
         f"batch {args.batch}, {torch.get_num_threads()} threads, {args.rounds} rounds, "
         f"blur_prob {0.5 if args.blur else 0.0}, load average {load:.2f}, "

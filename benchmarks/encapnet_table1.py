@@ -25,7 +25,6 @@ CapNet stores 8.6 GB of votes alone at batch 128).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from _common import peak_rss_increase, set_threads, time_call
+from _common import load_average, peak_rss_increase, set_threads, time_call
 from selfcaps.eval import count_flops, count_parameters
 from selfcaps.losses import MarginLoss
 from selfcaps.models import create_model
@@ -115,7 +114,7 @@ def main() -> None:
     for k in keys:
         res[k] = measure(k, args)
         print(f"measured ({k}) in {time.perf_counter() - t0:.0f} s", flush=True)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = load_average()
     ref = res["c"]
     print(
         f"\nEncapNet Table 1 on this machine: torch {torch.__version__}, {args.threads} threads, "

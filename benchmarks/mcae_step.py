@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from _common import gemm_peak_flops, set_threads
+from _common import gemm_peak_flops, load_average, set_threads
 from selfcaps.cli.config import load_config
 from selfcaps.methods.base import build_optimizer
 from selfcaps.methods.mcae import class_nll, masked_patch_mse
@@ -94,7 +94,7 @@ def main() -> None:
             steps[name]()
         flops[name] = fc.get_total_flops()
     peak = gemm_peak_flops()
-    load = os.getloadavg()[0]
+    load = load_average()
     print(
         f"MCAE ({args.preset} preset sizes) on {args.batch} x 3x32x32, "
         f"{torch.get_num_threads()} threads, {cfg.optim.name}; GEMM peak {peak / 1e9:.1f} GFLOP/s; "
