@@ -77,9 +77,27 @@ def test_report_from_two_runs_shows_every_run_with_its_numbers(bench_dir, tmp_pa
         for key in ("knn_top1_backbone", "knn_top5_backbone"):
             assert f"{m[key]:.2f}" in md and f"{m[key]:.2f}" in page
         assert float(record["top1"]) == m["knn_top1_backbone"]
+        assert record["notes"] == f"capsule kNN {m['knn_top1_capsule']:.2f}"
         assert " ".join(row.command) in md
     assert "## mnist5k" in md and "## mnist5k-seed1" in md
     assert md.count("![coca") >= 4  # curves and retrieval grid of each run
     assert page.count("data:image/png;base64,") >= 4
     for key in ("selfcaps", "git commit", "torch", "device"):
         assert key in md
+
+
+def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
+    poe = BenchRow("mnist5k", "poe", tmp_path, ["selfcaps", "run", "poe"])
+    poe.metrics = {
+        "purity_mean": 99.9,
+        "purity_classes_covered": 1,
+        "purity_classes_covered_untrained": 1,
+        "free_energy_gap": -42.99,
+        "free_energy_gap_untrained": -0.000171,
+    }
+    assert poe.values()["notes"] == (
+        "classes covered 1; untrained covers 1; free-energy gap -42.99; untrained gap -0.000171"
+    )
+    encapnet = BenchRow("cifar10", "encapnet", tmp_path, ["selfcaps", "run", "encapnet"])
+    encapnet.metrics = {"test_top1": 42.05, "variant": "master_aide"}  # no "ot": left out
+    assert encapnet.values()["notes"] == "variant master_aide"

@@ -39,7 +39,7 @@ DEFAULT_DATASETS = ("mnist5k", "mnist", "cifar10")
 COLUMNS = [
     "dataset", "method", "protocol", "top1", "top5", "paper_top1", "pixels_top1",
     "random_init_top1", "params", "flops_per_image", "train_images_per_s", "wall_time_min",
-    "status", "run_dir", "command",
+    "status", "notes", "run_dir", "command",
 ]  # fmt: skip
 
 
@@ -79,6 +79,9 @@ class BenchRow:
             "train_images_per_s": m.get("train_images_per_s"),
             "wall_time_min": round(wall / 60, 1) if wall is not None else None,
             "status": self.status,
+            "notes": "; ".join(
+                f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m
+            ),
             "run_dir": str(self.run_dir),
             "command": " ".join(self.command),
         }
@@ -209,7 +212,7 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{v:.2f}"
+        return f"{v:.4g}" if abs(v) < 0.01 and v != 0 else f"{v:.2f}"
     if isinstance(v, int) and v >= 10_000:
         return f"{v / 1e6:.2f} M"
     return str(v)
@@ -257,6 +260,7 @@ _HEAD = [
     "train img/s",
     "wall (min)",
     "status",
+    "notes",
 ]
 _KEYS = [
     "method",
@@ -271,6 +275,7 @@ _KEYS = [
     "train_images_per_s",
     "wall_time_min",
     "status",
+    "notes",
 ]
 
 

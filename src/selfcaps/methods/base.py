@@ -116,6 +116,10 @@ class CapsuleMethod(L.LightningModule):
         "pixels": "knn_top1_pixels",
         "random_init": "knn_top1_random_init",
     }
+    #: Further metrics.json values ``selfcaps bench`` shows in its ``notes`` column, as
+    #: ``{label: key}``: what a reader needs to judge the top-1 (a second protocol, the
+    #: variant, a warning sign such as a collapsed generator).
+    bench_notes: ClassVar[dict[str, str]] = {"capsule kNN": "knn_top1_capsule"}
     #: Datasets ``selfcaps bench`` runs this method on (of those requested).
     bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
     #: The paper's headline top-1 per dataset, for the bench report.

@@ -91,6 +91,7 @@ class EncapNetMethod(CapsuleMethod):
         "pixels": None,
         "random_init": None,
     }
+    bench_notes: ClassVar[dict[str, str]] = {"variant": "variant", "OT": "ot"}
     bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "svhn")
     #: Li et al. 2018, encapnet18 without strong augmentation: 100 - error.
     paper_results: ClassVar[dict[str, float]] = {"cifar10": 95.45, "cifar100": 73.23, "svhn": 97.99}

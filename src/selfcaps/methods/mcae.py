@@ -127,6 +127,10 @@ class MCAE(CapsuleMethod):
         "pixels": None,
         "random_init": None,
     }
+    bench_notes: ClassVar[dict[str, str]] = {
+        "pretraining epochs": "pretrain_epochs",
+        "finetuning epochs": "finetune_epochs",
+    }
     bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "fashion_mnist", "cifar100")
     #: Everett et al., Table 1 (ConvMixer, 50 + 350 epochs).
     paper_results: ClassVar[dict[str, float]] = {

@@ -294,6 +294,12 @@ class PoE(CapsuleMethod):
         "pixels": None,
         "random_init": "purity_mean_untrained",
     }
+    bench_notes: ClassVar[dict[str, str]] = {
+        "classes covered": "purity_classes_covered",
+        "untrained covers": "purity_classes_covered_untrained",
+        "free-energy gap": "free_energy_gap",
+        "untrained gap": "free_energy_gap_untrained",
+    }
     bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "fashion_mnist")
 
     def __init__(self, cfg: Any) -> None:

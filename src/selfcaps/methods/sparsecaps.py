@@ -140,6 +140,12 @@ class SparseCaps(CapsuleMethod):
         "pixels": "svm_mnist_pixels",
         "random_init": None,
     }
+    bench_notes: ClassVar[dict[str, str]] = {
+        "variant": "variant",
+        "affNIST a": "svm_affnist_a",
+        "affNIST b": "svm_affnist_b",
+        "affNIST data": "affnist_source",
+    }
     bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist")
     cli_flags: ClassVar[dict[str, CliFlag]] = {
         "--variant": CliFlag(
