@@ -5,11 +5,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from PIL import Image
 from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
+from selfcaps.cli.config import load_yaml
+from selfcaps.methods import get_method
+from selfcaps.methods.datamodule import SelfcapsDataModule
+from selfcaps.methods.io import load_checkpoint
 from tests.runs import FAST, assert_run_files
 
 TINY = [
@@ -45,6 +50,8 @@ def test_metrics(run_dir):
         "recon_encoder_mse",
         "recon_caps_mse",
         "recon_caps_mse_untrained",
+        "recon_caps_spread",
+        "recon_caps_spread_untrained",
         "free_energy_gap",
         "free_energy_gap_untrained",
         "free_energy_data",
@@ -132,3 +139,23 @@ def test_a_budget_that_ends_before_the_last_stage_is_reported(tmp_path, run_dir)
         )
     assert json.loads((out / "metrics.json").read_text())["stages_completed"] == 0
     assert json.loads((run_dir / "metrics.json").read_text())["stages_completed"] == 3
+
+
+def test_centred_codes_are_centred_on_the_training_set_mean(tmp_path):
+    out = tmp_path / "centred"
+    args = ["run", "poe", "--out", str(out), "--epochs", "3", *TINY, "model.center=true"]
+    assert main([*args, "cd.lr_encoder=1000"]) == 0
+    cfg = OmegaConf.create(load_yaml(out / "config.yaml"))
+    method = get_method("poe")(cfg)
+    method.load_state_dict(load_checkpoint(out / "checkpoints" / "last.ckpt")["state_dict"])
+    net = method.poe.eval()
+    assert net.center and net.code_count.item() == 64  # every training image, once
+    dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    with torch.no_grad():
+        codes = torch.cat([net.ae.encode(x) for x, _ in dm.eval_loader("train")])
+    assert codes.shape[0] == 64
+    torch.testing.assert_close(net.code_mean, codes.mean(0), rtol=1e-4, atol=1e-5)
+    weights = load_file(out / "model.safetensors")
+    torch.testing.assert_close(weights["code_mean"], net.code_mean)
+    m = json.loads((out / "metrics.json").read_text())
+    assert np.isfinite(m["recon_caps_mse"]) and m["stages_completed"] == 3

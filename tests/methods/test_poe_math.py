@@ -16,9 +16,10 @@ from selfcaps.methods.poe import (
     decoder_update,
     encoder_cd_update,
     log_marginal,
+    reconstruction_stats,
     stage_of,
 )
-from selfcaps.models.poe import RoutedCaps
+from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
 N, DIN, M, DOUT, B = 7, 3, 4, 5, 6
 
@@ -195,3 +196,22 @@ def test_validate_config_names_the_key(key, value, match):
     cfg = load_config("poe", "quick", [(key, value)])
     with pytest.raises(ValueError, match=match):
         PoE.validate_config(cfg)
+
+
+def test_reconstruction_spread_is_zero_when_the_capsules_ignore_the_input():
+    torch.manual_seed(0)
+    net = PoECapsNet(channels=16).double().eval()
+    x = torch.rand(6, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        net.encoder.weight.zero_()  # every input: the same capsules, the same reconstruction
+    assert reconstruction_stats(net, x)["recon_caps_spread"].item() == 0.0
+    with torch.no_grad():
+        net.encoder.weight.normal_(0, 0.5)
+        net.decoder.weight.normal_(0, 0.5)
+        images = net.decode_capsules(net.encode(x)[0])
+    by_pixel = [images.flatten(1)[:, p] for p in range(images[0].numel())]
+    data = [x.flatten(1)[:, p] for p in range(x[0].numel())]
+    spread = sum(float(v.std(unbiased=False)) for v in by_pixel) / len(by_pixel)
+    expected = spread / (sum(float(v.std(unbiased=False)) for v in data) / len(data))
+    got = reconstruction_stats(net, x)["recon_caps_spread"].item()
+    assert got > 0 and got == pytest.approx(expected, rel=1e-9)

@@ -58,6 +58,24 @@ def test_primary_capsules_are_type_major_and_invertible():
     torch.testing.assert_close(net.capsules_to_code(caps), code, rtol=1e-9, atol=1e-9)
 
 
+def test_centred_codes_use_the_exact_running_mean_and_invert():
+    torch.manual_seed(0)
+    net = PoECapsNet(channels=16, center=True).double()
+    codes = torch.rand(10, 16, 6, 6, dtype=torch.float64)
+    for batch in (codes[:3], codes[3:4], codes[4:]):  # uneven batches
+        net.observe_codes(batch.sum(0), batch.shape[0])
+    mean = sum(codes[k] for k in range(10)) / 10  # a loop, not the running update
+    torch.testing.assert_close(net.code_mean, mean)
+    assert net.code_count.item() == 10
+    caps = net.code_to_capsules(codes[:2])
+    torch.testing.assert_close(caps[:, 7], squash(codes[:2, 0:8, 1, 1] - mean[0:8, 1, 1]))
+    torch.testing.assert_close(net.capsules_to_code(caps), codes[:2], rtol=1e-9, atol=1e-9)
+    off = PoECapsNet(channels=16).double()  # the paper: the mean is neither subtracted nor added
+    off.code_mean.copy_(mean)
+    torch.testing.assert_close(off.code_to_capsules(codes[:2])[:, 7], squash(codes[:2, 0:8, 1, 1]))
+    assert "code_mean" in net.state_dict() and "code_count" in net.state_dict()
+
+
 def test_matrices_view_gives_the_votes():
     layer = RoutedCaps(5, 3, 4, 2, init_std=1.0)
     x = torch.randn(2, 5, 3)

@@ -23,6 +23,9 @@ in stage 3), so a resumed run continues in the right stage:
    second the same at the reconstruction: one step of contrastive divergence
    lowering the free energy ``F(x) = -sum_j log(1 + |z_j|^2)`` of the data
    relative to its one-step reconstruction.
+   With ``model.center=true`` (not the paper's; see :mod:`selfcaps.models.poe`) the
+   primary capsules are squashed *centred* codes; the mean code is the running mean
+   over the first epoch after stage 1 (every code seen so far is in it).
 3. **Capsule decoder U** (``[a+b, ...)``), W frozen: the capsules ``y_j`` of the
    data (through W) are routed top-down through ``U`` (children: the 20
    capsules, parents: the 576 primary capsules, coefficients ``e_ji``) to
@@ -297,6 +300,7 @@ class PoE(CapsuleMethod):
     bench_notes: ClassVar[dict[str, str]] = {
         "classes covered": "purity_classes_covered",
         "untrained covers": "purity_classes_covered_untrained",
+        "reconstruction spread": "recon_caps_spread",
         "free-energy gap": "free_energy_gap",
         "untrained gap": "free_energy_gap_untrained",
     }
@@ -419,6 +423,8 @@ class PoE(CapsuleMethod):
             return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
         net.ae.eval()
         with torch.no_grad():
+            if net.center and self.current_epoch == int(self.cfg.model.stage_epochs[0]):
+                self._observe_codes(x)
             caps = net.primary_capsules(x)
             if stage == 2:
                 update, stats = encoder_cd_update(net.encoder, caps)
@@ -433,6 +439,15 @@ class PoE(CapsuleMethod):
                 update = self.trainer.strategy.reduce(update, reduce_op="mean")
             param.grad = -update
         return loss, {f"train_{k}": v for k, v in stats.items()}
+
+    def _observe_codes(self, x: Tensor) -> None:
+        """Fold this batch's codes (of every process) into the mean code (``model.center``)."""
+        code = self.poe.ae.encode(x)
+        total, count = code.sum(0), torch.tensor(float(x.shape[0]), device=x.device)
+        if self.trainer.world_size > 1:
+            total = self.trainer.strategy.reduce(total, reduce_op="sum")
+            count = self.trainer.strategy.reduce(count, reduce_op="sum")
+        self.poe.observe_codes(total, int(count.item()))
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         """Base guard (finite loss, logging), finite-update check, then this stage's step."""
@@ -500,6 +515,8 @@ class PoE(CapsuleMethod):
             cfg = self.model_config()
             net = create_model(cfg["model"], **cfg["model_kwargs"])
         net.ae.load_state_dict(self.poe.ae.state_dict())
+        net.code_mean.copy_(self.poe.code_mean)  # the same primary capsules (model.center)
+        net.code_count.copy_(self.poe.code_count)
         return net.to(self.device).eval()  # type: ignore[return-value]
 
     @torch.no_grad()
@@ -522,6 +539,7 @@ class PoE(CapsuleMethod):
             base = _mean_stats(untrained, test, self.cfg)
             metrics["free_energy_gap_untrained"] = base["free_energy_gap"]
             metrics["recon_caps_mse_untrained"] = base["recon_caps_mse"]
+            metrics["recon_caps_spread_untrained"] = base["recon_caps_spread"]
         judge, judge_acc = self.train_judge(dm)
         metrics["judge_test_top1"] = judge_acc
         metrics.update(self.purity_metrics(self.poe, judge, ""))
@@ -616,13 +634,19 @@ def reconstruction_stats(net: PoECapsNet, x: Tensor) -> dict[str, Tensor]:
     Keys: ``recon_ae_mse``, ``recon_encoder_mse`` (through W and its transpose with the
     data's ``c``), ``recon_caps_mse`` (through W and U: the generative path),
     ``free_energy_data``, ``free_energy_recon`` and ``free_energy_gap`` (Algorithm 1's
-    one-step reconstruction).
+    one-step reconstruction), and ``recon_caps_spread``: how much the reconstructions
+    through W and U vary across the batch's images, relative to the images themselves
+    (per-pixel standard deviation over the batch, averaged over pixels, as a ratio). 0
+    means every input gets the same reconstruction: the capsules carry nothing of the
+    input, whatever ``recon_caps_mse`` says.
     """
     images, chain = reconstructions(net, x)
+    data_spread = x.std(0, unbiased=False).mean() if x.shape[0] > 1 else x.new_zeros(())
     return {
         "recon_ae_mse": (images[0] - x).pow(2).mean(),
         "recon_encoder_mse": (images[1] - x).pow(2).mean(),
         "recon_caps_mse": (images[2] - x).pow(2).mean(),
+        "recon_caps_spread": images[2].std(0, unbiased=False).mean() / data_spread.clamp_min(1e-12),
         **free_energies(chain),
     }
 

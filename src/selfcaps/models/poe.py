@@ -23,6 +23,17 @@ unsquash, reshape to 6x6x128 and decode; the zero capsules take no part in the
 routing (see :meth:`PoECapsNet.generate`). Restricted-domain sampling reflects
 each draw into the half-space of the mean direction of capsule ``j`` over the
 training set (buffer :attr:`PoECapsNet.hemisphere`, filled during stage 3).
+
+**Centred codes** (``center=True``; off by default, a deviation from the paper):
+the primary capsules are ``squash(code - m)`` and generation decodes
+``unsquash(x) + m``, where ``m`` is the mean code of the training set
+(buffer :attr:`PoECapsNet.code_mean`, measured during the first epoch of stage 2,
+see :meth:`PoECapsNet.observe_codes`). The autoencoder's codes come out of a
+leaky ReLU and are mostly positive: their mean is about 85% of their norm, so
+without centring the data term of Algorithm 1 grows every ``W_ij`` along the
+mean code and every input gets the same capsules (measured in the README's PoE
+section). This is the centring trick for Boltzmann machines (Montavon and
+Mueller, "Deep Boltzmann machines and the centering trick", 2012).
 """
 
 from __future__ import annotations
@@ -197,6 +208,8 @@ class PoECapsNet(nn.Module):
         agreement: ``"cosine"`` or ``"dot"``.
         normalize: ``"children"`` or ``"parents"`` (see :class:`RoutedCaps`).
         init_std: Initial weight standard deviation of ``W`` and ``U``.
+        center: Subtract the training set's mean code before squashing (module
+            docstring); the paper does not.
 
     Examples:
         >>> net = PoECapsNet().eval()
@@ -220,6 +233,7 @@ class PoECapsNet(nn.Module):
         agreement: Agreement = "cosine",
         normalize: Normalize = "children",
         init_std: float = 0.01,
+        center: bool = False,
     ) -> None:
         super().__init__()
         if channels % caps_dim:
@@ -239,22 +253,45 @@ class PoECapsNet(nn.Module):
         )
         #: Mean pose of each capsule over the training set (restricted-domain sampling).
         self.register_buffer("hemisphere", torch.zeros(num_caps, out_dim))
+        self.center = center
+        #: Mean code of the training set ``(channels, s, s)`` (``center=True``) and the
+        #: number of images it is the mean of (float64, so that it can keep counting).
+        self.register_buffer("code_mean", torch.zeros(channels, s, s))
+        self.register_buffer("code_count", torch.zeros((), dtype=torch.float64))
         self.num_caps, self.out_dim = num_caps, out_dim
         self.num_features = num_caps * out_dim
 
     # ------------------------------------------------------------ primary capsules
+    @torch.no_grad()
+    def observe_codes(self, code_sum: Tensor, count: int) -> None:
+        """Fold ``count`` more codes (their sum ``(channels, s, s)``) into :attr:`code_mean`.
+
+        The running mean of every code observed so far, exact in any batch order:
+        ``m <- m + (sum - count * m) / (n + count)``.
+        """
+        n = self.code_count + count
+        delta = (code_sum.double() - count * self.code_mean.double()) / n
+        self.code_mean.add_(delta.to(self.code_mean.dtype))
+        self.code_count.copy_(n)
+
     def code_to_capsules(self, code: Tensor) -> Tensor:
-        """``(B, T*D, s, s)`` code -> squashed primary capsules ``(B, T*s*s, D)`` (type-major)."""
+        """``(B, T*D, s, s)`` code -> squashed primary capsules ``(B, T*s*s, D)`` (type-major).
+
+        With ``center``, the code minus :attr:`code_mean` is squashed.
+        """
+        if self.center:
+            code = code - self.code_mean
         b, ch, h, w = code.shape
         d = self.caps_dim
         caps = code.reshape(b, ch // d, d, h, w).permute(0, 1, 3, 4, 2)
         return squash(caps.reshape(b, -1, d))
 
     def capsules_to_code(self, caps: Tensor) -> Tensor:
-        """Inverse of :meth:`code_to_capsules`: unsquash (eq. 6) and reshape to the code."""
+        """Inverse of :meth:`code_to_capsules`: unsquash (eq. 6), reshape, add the mean."""
         b, d, s = caps.shape[0], self.caps_dim, self.ae.code_size
         z = unsquash(caps).reshape(b, -1, s, s, d).permute(0, 1, 4, 2, 3)
-        return z.reshape(b, -1, s, s)
+        z = z.reshape(b, -1, s, s)
+        return z + self.code_mean if self.center else z
 
     def primary_capsules(self, x: Tensor) -> Tensor:
         """Squashed primary capsules ``(B, 576, 8)`` of images ``x``."""
