@@ -298,6 +298,7 @@ class PoE(CapsuleMethod):
         "random_init": "purity_mean_untrained",
     }
     bench_notes: ClassVar[dict[str, str]] = {
+        "stages completed": "stages_completed",
         "classes covered": "purity_classes_covered",
         "untrained covers": "purity_classes_covered_untrained",
         "reconstruction spread": "recon_caps_spread",
