@@ -617,7 +617,9 @@ class PoE(CapsuleMethod):
         if bool((net.hemisphere != 0).any()):
             grid = net.sample_grid(int(s.rows), int(s.seed), restricted=True)
             figs["samples_restricted"] = ImageGrid(grid, nrow=net.num_caps)
-        x = next(iter(dm.eval_loader("test")))[0][:10].to(self.device)
+        test = dm.eval_loader("test").dataset  # 10 images spread over the (maybe sorted) split
+        picks = torch.linspace(0, len(test) - 1, min(10, len(test))).long().tolist()
+        x = torch.stack([test[i][0] for i in picks]).to(self.device)
         rows = [x, *reconstructions(net, x)[0]]
         figs["reconstructions"] = ImageGrid(
             torch.cat(rows).cpu(),
