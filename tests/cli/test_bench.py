@@ -97,7 +97,8 @@ def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
     }
     poe.metrics["stages_completed"] = 3
     assert poe.values()["notes"] == (
-        "stages completed 3; classes covered 1; untrained covers 1; free-energy gap -42.99; untrained gap -0.000171"
+        "stages completed 3; classes covered 1; untrained covers 1; "
+        "free-energy gap -42.99; untrained gap -0.000171"
     )
     encapnet = BenchRow("cifar10", "encapnet", tmp_path, ["selfcaps", "run", "encapnet"])
     encapnet.metrics = {"test_top1": 42.05, "variant": "master_aide"}  # no "ot": left out

@@ -29,10 +29,10 @@ the primary capsules are ``squash(code - m)`` and generation decodes
 ``unsquash(x) + m``, where ``m`` is the mean code of the training set
 (buffer :attr:`PoECapsNet.code_mean`, measured during the first epoch of stage 2,
 see :meth:`PoECapsNet.observe_codes`). The autoencoder's codes come out of a
-leaky ReLU and are mostly positive: their mean is about 85% of their norm, so
-without centring the data term of Algorithm 1 grows every ``W_ij`` along the
-mean code and every input gets the same capsules (measured in the README's PoE
-section). This is the centring trick for Boltzmann machines (Montavon and
+leaky ReLU and are mostly positive (the mean capsule is about 90% as long as a
+typical one), so without centring the data term of Algorithm 1 grows every
+``W_ij`` along the mean code and every input gets the same capsules (measured
+in the README's PoE section). This is the centring trick for Boltzmann machines (Montavon and
 Mueller, "Deep Boltzmann machines and the centering trick", 2012).
 """
 
