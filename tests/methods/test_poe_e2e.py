@@ -52,6 +52,8 @@ def test_metrics(run_dir):
         "recon_caps_mse_untrained",
         "recon_caps_spread",
         "recon_caps_spread_untrained",
+        "caps_length",
+        "caps_length_spread",
         "free_energy_gap",
         "free_energy_gap_untrained",
         "free_energy_data",

@@ -215,3 +215,21 @@ def test_reconstruction_spread_is_zero_when_the_capsules_ignore_the_input():
     expected = spread / (sum(float(v.std(unbiased=False)) for v in data) / len(data))
     got = reconstruction_stats(net, x)["recon_caps_spread"].item()
     assert got > 0 and got == pytest.approx(expected, rel=1e-9)
+
+
+def test_capsule_length_and_its_spread_over_inputs_by_loops():
+    torch.manual_seed(1)
+    net = PoECapsNet(channels=16).double().eval()
+    x = torch.rand(5, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        net.encoder.weight.normal_(0, 0.5)
+        y = net.encode(x)[0]
+    lengths = [[float(y[b, j].pow(2).sum().sqrt()) for j in range(20)] for b in range(5)]
+    mean = sum(sum(row) for row in lengths) / 100
+    per_capsule = []
+    for j in range(20):
+        m = sum(lengths[b][j] for b in range(5)) / 5
+        per_capsule.append((sum((lengths[b][j] - m) ** 2 for b in range(5)) / 5) ** 0.5)
+    stats = reconstruction_stats(net, x)
+    assert stats["caps_length"].item() == pytest.approx(mean, rel=1e-9)
+    assert stats["caps_length_spread"].item() == pytest.approx(sum(per_capsule) / 20, rel=1e-9)

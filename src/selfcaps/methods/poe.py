@@ -302,6 +302,8 @@ class PoE(CapsuleMethod):
         "classes covered": "purity_classes_covered",
         "untrained covers": "purity_classes_covered_untrained",
         "reconstruction spread": "recon_caps_spread",
+        "capsule length": "caps_length",
+        "its spread over inputs": "caps_length_spread",
         "free-energy gap": "free_energy_gap",
         "untrained gap": "free_energy_gap_untrained",
     }
@@ -641,15 +643,21 @@ def reconstruction_stats(net: PoECapsNet, x: Tensor) -> dict[str, Tensor]:
     through W and U vary across the batch's images, relative to the images themselves
     (per-pixel standard deviation over the batch, averaged over pixels, as a ratio). 0
     means every input gets the same reconstruction: the capsules carry nothing of the
-    input, whatever ``recon_caps_mse`` says.
+    input, whatever ``recon_caps_mse`` says. ``caps_length``: the mean length of the 20
+    capsules (the probability that a capsule is on); ``caps_length_spread``: the standard
+    deviation of each capsule's length over the batch's images, averaged over capsules
+    (0: every capsule is as much on for every input, so none can stand for one object).
     """
     images, chain = reconstructions(net, x)
     data_spread = x.std(0, unbiased=False).mean() if x.shape[0] > 1 else x.new_zeros(())
+    lengths = chain.y.norm(dim=-1)  # (B, M)
     return {
         "recon_ae_mse": (images[0] - x).pow(2).mean(),
         "recon_encoder_mse": (images[1] - x).pow(2).mean(),
         "recon_caps_mse": (images[2] - x).pow(2).mean(),
         "recon_caps_spread": images[2].std(0, unbiased=False).mean() / data_spread.clamp_min(1e-12),
+        "caps_length": lengths.mean(),
+        "caps_length_spread": lengths.std(0, unbiased=False).mean(),
         **free_energies(chain),
     }
 
