@@ -234,8 +234,8 @@ def _environment() -> dict[str, str]:
     device = (
         torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
-        else f"CPU ({platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads)"
+        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        "each run's threads: trainer.threads in its command, else torch's default)"
     )
     return {
         "selfcaps": __version__,
