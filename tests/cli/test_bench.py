@@ -89,13 +89,13 @@ def test_report_from_two_runs_shows_every_run_with_its_numbers(bench_dir, tmp_pa
 def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
     poe = BenchRow("mnist5k", "poe", tmp_path, ["selfcaps", "run", "poe"])
     poe.metrics = {
+        "stages_completed": 3,
         "purity_mean": 99.9,
         "purity_classes_covered": 1,
         "purity_classes_covered_untrained": 1,
         "free_energy_gap": -42.99,
         "free_energy_gap_untrained": -0.000171,
     }
-    poe.metrics["stages_completed"] = 3
     assert poe.values()["notes"] == (
         "stages completed 3; classes covered 1; untrained covers 1; "
         "free-energy gap -42.99; untrained gap -0.000171"

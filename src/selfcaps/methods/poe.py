@@ -426,9 +426,10 @@ class PoE(CapsuleMethod):
             return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
         net.ae.eval()
         with torch.no_grad():
+            code = net.ae.encode(x)
             if net.center and self.current_epoch == int(self.cfg.model.stage_epochs[0]):
-                self._observe_codes(x)
-            caps = net.primary_capsules(x)
+                self._observe_codes(code)
+            caps = net.code_to_capsules(code)
             if stage == 2:
                 update, stats = encoder_cd_update(net.encoder, caps)
                 param, loss = net.encoder.weight, stats["free_energy_gap"]
@@ -443,10 +444,9 @@ class PoE(CapsuleMethod):
             param.grad = -update
         return loss, {f"train_{k}": v for k, v in stats.items()}
 
-    def _observe_codes(self, x: Tensor) -> None:
+    def _observe_codes(self, code: Tensor) -> None:
         """Fold this batch's codes (of every process) into the mean code (``model.center``)."""
-        code = self.poe.ae.encode(x)
-        total, count = code.sum(0), torch.tensor(float(x.shape[0]), device=x.device)
+        total, count = code.sum(0), torch.tensor(float(code.shape[0]), device=code.device)
         if self.trainer.world_size > 1:
             total = self.trainer.strategy.reduce(total, reduce_op="sum")
             count = self.trainer.strategy.reduce(count, reduce_op="sum")
@@ -649,7 +649,7 @@ def reconstruction_stats(net: PoECapsNet, x: Tensor) -> dict[str, Tensor]:
     (0: every capsule is as much on for every input, so none can stand for one object).
     """
     images, chain = reconstructions(net, x)
-    data_spread = x.std(0, unbiased=False).mean() if x.shape[0] > 1 else x.new_zeros(())
+    data_spread = x.std(0, unbiased=False).mean()  # 0 for one image (no NaN: unbiased=False)
     lengths = chain.y.norm(dim=-1)  # (B, M)
     return {
         "recon_ae_mse": (images[0] - x).pow(2).mean(),
