@@ -161,3 +161,20 @@ def test_centred_codes_are_centred_on_the_training_set_mean(tmp_path):
     torch.testing.assert_close(weights["code_mean"], net.code_mean)
     m = json.loads((out / "metrics.json").read_text())
     assert np.isfinite(m["recon_caps_mse"]) and m["stages_completed"] == 3
+
+
+def test_competitive_preset_trains_parents_w_children_u_with_the_sparsity_term(tmp_path):
+    out = tmp_path / "competitive"
+    args = ["run", "poe", "--preset", "competitive", "--out", str(out), "--epochs", "3"]
+    assert main([*args, *TINY]) == 0
+    cfg = OmegaConf.create(load_yaml(out / "config.yaml"))
+    assert (cfg.model.center, cfg.cd.sparsity, cfg.cd.sparsity_target) == (True, 50.0, 0.1)
+    method = get_method("poe")(cfg)
+    net = method.poe
+    assert (net.encoder.normalize, net.decoder.normalize) == ("parents", "children")
+    rows = (out / "metrics.csv").read_text().strip().splitlines()
+    header = rows[0].split(",")
+    on = [r.split(",")[header.index("train_caps_on")] for r in rows[1:]]
+    assert [float(v) for v in on if v], "stage 2 logs how often the capsules are on"
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["stages_completed"] == 3 and np.isfinite(m["recon_caps_mse"])

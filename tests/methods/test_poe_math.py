@@ -17,6 +17,7 @@ from selfcaps.methods.poe import (
     encoder_cd_update,
     log_marginal,
     reconstruction_stats,
+    sparsity_term,
     stage_of,
 )
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
@@ -99,6 +100,39 @@ def test_encoder_update_is_data_minus_reconstruction_term():
     f_data = -torch.log1p(z.pow(2).sum(-1)).sum(-1).mean()
     f_rec = -torch.log1p(z_rec.pow(2).sum(-1)).sum(-1).mean()
     torch.testing.assert_close(stats["free_energy_gap"], f_data - f_rec)
+
+
+def _penalty(w, x, c, target):
+    """1/2 sum_j (mean_b |squash(z_bj)| - p)^2, with |squash(z)| computed from its definition."""
+    z = _z_loop(w, x, c)
+    lengths = torch.stack(
+        [torch.stack([squash(z[b, j]).norm() for j in range(z.shape[1])]) for b in range(B)]
+    )
+    return 0.5 * (lengths.mean(0) - target).pow(2).sum()
+
+
+@pytest.mark.parametrize("normalize", ["children", "parents"])
+def test_sparsity_term_is_minus_the_gradient_of_the_penalty_at_fixed_c(normalize):
+    layer, x = _layer(normalize, std=1.0)
+    with torch.no_grad():
+        z, _, c = layer.route(x)
+    w = layer.weight.detach().clone().requires_grad_(True)
+    _penalty(w, x, c, 0.2).backward()
+    torch.testing.assert_close(sparsity_term(x, z, c, 0.2), -w.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_sparsity_adds_to_the_cd_update_and_pulls_the_capsules_towards_the_target():
+    layer, x = _layer(std=2.0)
+    with torch.no_grad():
+        z, y, c = layer.route(x)
+        plain, _ = encoder_cd_update(layer, x)
+        sparse, stats = encoder_cd_update(layer, x, sparsity=3.0, target=0.05)
+        torch.testing.assert_close(sparse, plain + 3.0 * sparsity_term(x, z, c, 0.05))
+        torch.testing.assert_close(stats["caps_on"], y.norm(dim=-1).mean())
+        assert stats["caps_on"] > 0.3  # far above the target: the penalty must lower it
+        w, step = layer.weight, 1e-3 * sparsity_term(x, z, c, 0.05)
+        before, after = _penalty(w, x, c, 0.05), _penalty(w + step, x, c, 0.05)
+    assert after < before
 
 
 def test_log_marginal_by_hand():
@@ -188,6 +222,9 @@ def test_stage_schedule_and_purity():
         ("model.stage_epochs", [1, 1], "model.stage_epochs"),
         ("trainer.epochs", 5, "trainer.epochs .5. must equal"),
         ("cd.lr_encoder", 0.0, "cd.lr_encoder"),
+        ("model.decoder_normalize", "both", "model.decoder_normalize"),
+        ("cd.sparsity", -1.0, "cd.sparsity"),
+        ("cd.sparsity_target", 1.0, "cd.sparsity_target"),
     ],
 )
 def test_validate_config_names_the_key(key, value, match):

@@ -136,6 +136,18 @@ def test_generation_with_parents_normalisation_equals_routing_every_capsule():
     torch.testing.assert_close(net.generate(9, s), net.decode_capsules(y))
 
 
+def test_the_decoder_can_normalise_differently_from_the_encoder():
+    net = PoECapsNet(channels=16, normalize="parents", decoder_normalize="children")
+    assert (net.encoder.normalize, net.decoder.normalize) == ("parents", "children")
+    same = PoECapsNet(channels=16, normalize="parents")
+    assert (same.encoder.normalize, same.decoder.normalize) == ("parents", "parents")
+    torch.manual_seed(0)
+    s = torch.randn(2, 16)
+    *_, c = net.decoder.route(squash(torch.randn(2, 20, 16)))
+    torch.testing.assert_close(c.sum(1), torch.ones(2, net.num_primary))  # over the 20 children
+    assert net.generate(3, s).shape == (2, 1, 28, 28)
+
+
 def test_restricted_draws_lie_in_the_visited_half_space():
     net = PoECapsNet()
     with pytest.raises(ValueError, match="stage 3"):

@@ -57,6 +57,18 @@ updates (they enter squared): for W, children normalisation gives ``c_ij ~
 1/576`` and parents ``~1/20``; for U (whose children are the 20 capsules) it is
 the other way round. Switching to ``parents`` therefore needs ``cd.lr_encoder``
 about 1000 times smaller and ``cd.lr_decoder`` about 1000 times larger.
+``model.decoder_normalize`` gives U its own normalisation.
+
+Competing capsules (the ``competitive`` preset; not the paper): with the paper's
+settings every capsule is about equally on for every input (measured in the README),
+so no capsule comes to stand for one object and single-capsule samples collapse to
+one image. The preset combines three changes: centred codes (``model.center``), W
+routed with the softmax over parents (the 20 capsules compete for each primary
+capsule; U keeps the normalisation over children) and a sparsity penalty
+``lambda/2 sum_j (q_j - p)^2`` on each capsule's mean on-probability ``q_j``
+(:func:`sparsity_term`, ``cd.sparsity``, ``cd.sparsity_target``), added to
+Algorithm 1's update in stage 2 as sparse RBMs do. Under DDP ``q_j`` is each
+process's batch mean.
 
 Model selection (``best.ckpt``): lowest ``val_select = (3 - stage) +
 val_recon_caps_mse``, where ``val_recon_caps_mse`` is the pixel MSE (at most 1)
@@ -107,6 +119,7 @@ __all__ = [
     "encoder_cd_update",
     "free_energies",
     "log_marginal",
+    "sparsity_term",
     "stage_of",
 ]
 
@@ -192,24 +205,61 @@ def free_energies(chain: CDChain) -> dict[str, Tensor]:
     }
 
 
-def encoder_cd_update(layer: RoutedCaps, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+def sparsity_term(x: Tensor, z: Tensor, c: Tensor, target: float) -> Tensor:
+    """Descent direction of the sparsity penalty on how often each capsule is on.
+
+    A capsule's length ``a_j = |squash(z_j)| = |z_j|^2 / (1 + |z_j|^2)`` is the
+    probability that it is on (the paper's section 3). The penalty is
+    ``P = 1/2 sum_j (q_j - p)^2`` with ``q_j = mean_b a_bj`` the batch's mean
+    on-probability of capsule ``j`` and ``p`` the target, the sparsity target of sparse
+    RBMs (Lee, Ekanadham and Ng, "Sparse deep belief net model for visual area V2",
+    2007; Hinton, "A practical guide to training RBMs", 2010, section 11). Not in the
+    paper. With ``c`` held fixed, as in Algorithm 1,
+
+        -dP/dW_ij = -(q_j - p) mean_b 2 c_ij z_j x_i^T / (1 + |z_j|^2)^2.
+
+    Args:
+        x: Children (primary capsules) ``(B, N, D_in)``.
+        z: Parents' total input ``(B, M, D_out)`` for ``x`` and ``c``.
+        c: Routing coefficients ``(B, N, M)``.
+        target: ``p``, the wanted mean on-probability, in ``(0, 1)``.
+
+    Returns:
+        ``-dP/dW`` in the layer's weight layout.
+    """
+    n2 = z.pow(2).sum(-1, keepdim=True)
+    q = (n2 / (1.0 + n2)).mean(0)  # (M, 1)
+    return -_outer(c, (q - target) * 2.0 * z / (1.0 + n2).pow(2), x)
+
+
+def encoder_cd_update(
+    layer: RoutedCaps, x: Tensor, sparsity: float = 0.0, target: float = 0.1
+) -> tuple[Tensor, dict[str, Tensor]]:
     """One contrastive-divergence update of the capsule encoder (Algorithm 1).
 
     Args:
         layer: The encoder ``W``.
         x: Primary capsules of the data ``(B, N, D_in)``.
+        sparsity: Weight ``lambda`` of :func:`sparsity_term` (0: the paper's update).
+        target: Its target on-probability ``p``.
 
     Returns:
-        ``(dW, stats)``: the ascent direction of the log-likelihood and batch means of
-        ``free_energy_data``, ``free_energy_recon``, ``free_energy_gap`` (data minus
-        reconstruction; CD makes it negative) and ``recon_caps_mse`` (``x`` vs ``x~``).
+        ``(dW, stats)``: the ascent direction of the log-likelihood (minus ``lambda P``)
+        and batch means of ``free_energy_data``, ``free_energy_recon``,
+        ``free_energy_gap`` (data minus reconstruction; CD makes it negative),
+        ``recon_caps_mse`` (``x`` vs ``x~``) and ``caps_on`` (the capsules' mean length:
+        how often they are on).
     """
     ch = cd_chain(layer, x)
     positive = _outer(ch.c, _expert_statistic(ch.z), x)
     negative = _outer(ch.c, _expert_statistic(ch.z_rec), ch.x_rec)
+    update = 2.0 * (positive - negative)
+    if sparsity:
+        update = update + sparsity * sparsity_term(x, ch.z, ch.c, target)
     stats = free_energies(ch)
     stats["recon_caps_mse"] = (x - ch.x_rec).pow(2).mean()
-    return 2.0 * (positive - negative), stats
+    stats["caps_on"] = ch.y.norm(dim=-1).mean()
+    return update, stats
 
 
 def decoder_update(layer: RoutedCaps, y: Tensor, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -351,6 +401,11 @@ class PoE(CapsuleMethod):
         m, cd = cfg.model, cfg.cd
         if m.normalize not in ("children", "parents"):
             raise ValueError(f"model.normalize: expected children or parents, got {m.normalize!r}")
+        if m.decoder_normalize not in (None, "children", "parents"):
+            raise ValueError(
+                "model.decoder_normalize: expected null (as model.normalize), children or "
+                f"parents, got {m.decoder_normalize!r}"
+            )
         if m.agreement not in ("cosine", "dot"):
             raise ValueError(f"model.agreement: expected cosine or dot, got {m.agreement!r}")
         stages = list(m.stage_epochs)
@@ -365,9 +420,11 @@ class PoE(CapsuleMethod):
         for key in ("lr_encoder", "lr_decoder", "lr_decay"):
             if not cd[key] > 0:
                 raise ValueError(f"cd.{key}: expected a value > 0, got {cd[key]!r}")
-        for key in ("momentum", "weight_decay"):
+        for key in ("momentum", "weight_decay", "sparsity"):
             if not cd[key] >= 0:
                 raise ValueError(f"cd.{key}: expected a value >= 0, got {cd[key]!r}")
+        if not 0 < cd.sparsity_target < 1:
+            raise ValueError(f"cd.sparsity_target: expected 0 < p < 1, got {cd.sparsity_target!r}")
         if cfg.eval.max_images is not None and int(cfg.eval.max_images) < 1:
             raise ValueError(f"eval.max_images: expected null or >= 1, got {cfg.eval.max_images}")
         for key in ("rows", "per_capsule"):
@@ -416,7 +473,7 @@ class PoE(CapsuleMethod):
         batch's free-energy gap (stage 2) or capsule reconstruction MSE (stage 3).
         """
         x = batch[0]
-        net, stage = self.poe, self.stage
+        net, stage, cd = self.poe, self.stage, self.cfg.cd
         if stage == 1:
             net.ae.train()
             recon = net.ae(x)
@@ -431,7 +488,9 @@ class PoE(CapsuleMethod):
                 self._observe_codes(code)
             caps = net.code_to_capsules(code)
             if stage == 2:
-                update, stats = encoder_cd_update(net.encoder, caps)
+                update, stats = encoder_cd_update(
+                    net.encoder, caps, float(cd.sparsity), float(cd.sparsity_target)
+                )
                 param, loss = net.encoder.weight, stats["free_energy_gap"]
             else:
                 _, y, _ = net.encoder.route(caps)

@@ -15,7 +15,9 @@ parts, trained one after the other by ``selfcaps.methods.poe``:
 * a **capsule encoder** ``W_ij`` (576 x 8-D -> 20 x 16-D, stage 2) and a
   **capsule decoder** ``U_ji`` (20 x 16-D -> 576 x 8-D, stage 3), both
   :class:`RoutedCaps` layers: routing-by-agreement with cosine agreement and,
-  by default, the paper's normalisation over children (``sum_i c_ij = 1``).
+  by default, the paper's normalisation over children (``sum_i c_ij = 1``) for both;
+  ``decoder_normalize`` sets U's apart (the ``competitive`` preset of
+  :mod:`selfcaps.methods.poe` routes W over parents and U over children).
 
 Generation (section 4.2): for capsule ``j`` draw ``s ~ N(0, I_16)``, set every
 other capsule to zero, squash, route through ``U`` to the 576 primary capsules,
@@ -206,7 +208,9 @@ class PoECapsNet(nn.Module):
         out_dim: Their size (16).
         routing_iters: Routing iterations of both capsule layers.
         agreement: ``"cosine"`` or ``"dot"``.
-        normalize: ``"children"`` or ``"parents"`` (see :class:`RoutedCaps`).
+        normalize: ``"children"`` or ``"parents"`` (see :class:`RoutedCaps`) for the encoder
+            ``W`` and, unless ``decoder_normalize`` is given, the decoder ``U``.
+        decoder_normalize: The decoder's normalisation, if it differs from ``normalize``.
         init_std: Initial weight standard deviation of ``W`` and ``U``.
         center: Subtract the training set's mean code before squashing (module
             docstring); the paper does not.
@@ -234,6 +238,7 @@ class PoECapsNet(nn.Module):
         normalize: Normalize = "children",
         init_std: float = 0.01,
         center: bool = False,
+        decoder_normalize: Normalize | None = None,
     ) -> None:
         super().__init__()
         if channels % caps_dim:
@@ -244,13 +249,14 @@ class PoECapsNet(nn.Module):
         )  # fmt: skip
         s = self.ae.code_size
         self.caps_dim, self.num_primary = caps_dim, channels // caps_dim * s * s
-        routing = {"iters": routing_iters, "agreement": agreement, "normalize": normalize}
+        routing = {"iters": routing_iters, "agreement": agreement, "init_std": init_std}
         self.encoder = RoutedCaps(
-            self.num_primary, caps_dim, num_caps, out_dim, init_std=init_std, **routing
+            self.num_primary, caps_dim, num_caps, out_dim, normalize=normalize, **routing
         )
         self.decoder = RoutedCaps(
-            num_caps, out_dim, self.num_primary, caps_dim, init_std=init_std, **routing
-        )
+            num_caps, out_dim, self.num_primary, caps_dim,
+            normalize=decoder_normalize or normalize, **routing,
+        )  # fmt: skip
         #: Mean pose of each capsule over the training set (restricted-domain sampling).
         self.register_buffer("hemisphere", torch.zeros(num_caps, out_dim))
         self.center = center
