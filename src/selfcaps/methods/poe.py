@@ -209,7 +209,7 @@ def sparsity_term(x: Tensor, z: Tensor, c: Tensor, target: float) -> Tensor:
     """Descent direction of the sparsity penalty on how often each capsule is on.
 
     A capsule's length ``a_j = |squash(z_j)| = |z_j|^2 / (1 + |z_j|^2)`` is the
-    probability that it is on (the paper's section 3). The penalty is
+    probability that it is on (the paper's premise). The penalty is
     ``P = 1/2 sum_j (q_j - p)^2`` with ``q_j = mean_b a_bj`` the batch's mean
     on-probability of capsule ``j`` and ``p`` the target, the sparsity target of sparse
     RBMs (Lee, Ekanadham and Ng, "Sparse deep belief net model for visual area V2",
