@@ -1,6 +1,7 @@
 """End-to-end PoE runs on a tiny budget: every file, the sample command, resume across stages."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -178,3 +179,23 @@ def test_competitive_preset_trains_parents_w_children_u_with_the_sparsity_term(t
     assert [float(v) for v in on if v], "stage 2 logs how often the capsules are on"
     m = json.loads((out / "metrics.json").read_text())
     assert m["stages_completed"] == 3 and np.isfinite(m["recon_caps_mse"])
+
+
+def test_stages_are_counted_from_the_training_not_from_the_best_checkpoint():
+    """best.ckpt may be stage 3's next-to-last epoch: all 3 stages still ran (no warning)."""
+    from selfcaps.cli.config import load_config
+
+    cfg = load_config("poe", "quick", [("model.stage_epochs", [2, 8, 4]), ("trainer.epochs", 14)])
+    resumed = get_method("poe")(cfg)
+    resumed.on_load_checkpoint({"state_dict": {"epochs_finished": torch.tensor(14)}})
+    resumed.epochs_finished.fill_(13)  # then best.ckpt's weights, from epoch 13, are loaded
+    assert resumed.stages_trained() == 3
+    cold = get_method("poe")(cfg)  # weights alone: the checkpoint's count is all there is
+    cold.epochs_finished.fill_(13)
+    assert cold.stages_trained() == 2
+    trained = get_method("poe")(cfg)  # trained here: the last batch of the 14th epoch counts
+    trained._trainer = SimpleNamespace(num_training_batches=4, current_epoch=13)
+    trained.on_train_batch_end(None, None, 3)
+    trained._trainer = None
+    trained.epochs_finished.fill_(13)
+    assert trained.stages_trained() == 3

@@ -366,11 +366,32 @@ class PoE(CapsuleMethod):
         #: Epochs whose every batch was trained (a budget can stop one midway, which
         #: Lightning still counts in ``current_epoch``); checkpointed, for ``stages_completed``.
         self.register_buffer("epochs_finished", torch.zeros((), dtype=torch.long))
+        #: The same count for the training of this process (and the checkpoint it resumed
+        #: from): unlike the buffer, loading ``best.ckpt``'s weights for evaluation, which
+        #: may be from an earlier epoch, does not lower it.
+        self._epochs_run = 0
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Count the epoch as finished at its last batch."""
         if batch_idx + 1 >= self.trainer.num_training_batches:
             self.epochs_finished.fill_(self.current_epoch + 1)
+            self._epochs_run = self.current_epoch + 1
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Also take the resumed checkpoint's finished epochs as this training's."""
+        super().on_load_checkpoint(checkpoint)
+        finished = checkpoint.get("state_dict", {}).get("epochs_finished")
+        if finished is not None:
+            self._epochs_run = max(self._epochs_run, int(finished))
+
+    def stages_trained(self) -> int:
+        """How many of the three stages training completed (:func:`stages_completed`).
+
+        Counted from the training, not from the evaluated weights: ``best.ckpt`` may be an
+        earlier epoch of stage 3 than the last, and all three stages still ran.
+        """
+        epochs = max(int(self.epochs_finished), self._epochs_run)
+        return stages_completed(epochs, self.cfg.model.stage_epochs)
 
     # ------------------------------------------------------------------ setup
     @property
@@ -585,7 +606,7 @@ class PoE(CapsuleMethod):
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Test-split reconstructions and free energies; per-capsule purity of samples."""
         self.eval()
-        done = stages_completed(int(self.epochs_finished), self.cfg.model.stage_epochs)
+        done = self.stages_trained()
         if done < 3:
             warnings.warn(
                 f"poe: training stopped (trainer.max_time / max_steps) after {done} of 3 stages "
