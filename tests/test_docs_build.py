@@ -62,7 +62,9 @@ def test_rst_markup_becomes_markdown() -> None:
         "\n"
         "        y = 2\n"
         "\n"
-        "    after :func:`selfcaps.data.get_dataset`."
+        "    after :func:`selfcaps.data.get_dataset`::\n"
+        "\n"
+        "        code()"
     )
     expected = (
         "Intro with `a_i + b` and `DenseCaps`.\n"
@@ -73,7 +75,9 @@ def test_rst_markup_becomes_markdown() -> None:
         "    y = 2\n"
         "    ```\n"
         "\n"
-        "    after `selfcaps.data.get_dataset`."
+        "    after `selfcaps.data.get_dataset`:\n"
+        "\n"
+        "        code()"
     )
     assert rst_to_markdown(docstring) == expected
     assert rst_to_markdown("no markup: b_{ij}") == "no markup: b_{ij}"

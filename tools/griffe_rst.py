@@ -8,7 +8,9 @@ them before mkdocstrings parses the docstring, so the docstrings stay as they ar
 - ``.. math::`` blocks become fenced ``latex`` code blocks;
 - ``:math:`x``` becomes inline code ``x`` (whitespace collapsed when it spans lines);
 - ``:func:`a.b```, ``:class:`~a.b``` and the other Python roles become inline code of the name
-  (the last component when the target starts with ``~``).
+  (the last component when the target starts with ``~``);
+- a paragraph ending in ``text::`` (a literal block follows, indented: Markdown's code block)
+  ends in ``text:``, as Sphinx shows it.
 
 Loaded by mkdocs.yml (``extensions: [tools/griffe_rst.py:RstMarkup]``); nothing imports it at
 run time.
@@ -24,6 +26,7 @@ import griffe
 
 _MATH_DIRECTIVE = re.compile(r"^(\s*)\.\. math::\s*$")
 _MATH_ROLE = re.compile(r":math:`([^`]+)`")
+_LITERAL_MARKER = re.compile(r"^(?!\s*\.\. )(.*\S)::$", re.MULTILINE)
 _PY_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|obj|exc|const):`(~?)!?([^`]+)`")
 
 
@@ -65,14 +68,14 @@ def rst_to_markdown(text: str) -> str:
         text: a docstring (already dedented, as griffe stores it).
 
     Returns:
-        The docstring with ``.. math::`` blocks fenced, ``:math:`` as inline code and Python
-        roles as inline code of their target.
+        The docstring with ``.. math::`` blocks fenced, ``:math:`` as inline code, Python
+        roles as inline code of their target and ``text::`` as ``text:``.
 
     Examples:
         >>> rst_to_markdown("See :func:`~selfcaps.data.get_dataset` and :math:`b_{ij} = 0`.")
         'See `get_dataset` and `b_{ij} = 0`.'
     """
-    text = _math_blocks(text)
+    text = _LITERAL_MARKER.sub(r"\1:", _math_blocks(text))
     text = _MATH_ROLE.sub(lambda m: "`" + " ".join(m.group(1).split()) + "`", text)
 
     def role(m: re.Match[str]) -> str:
