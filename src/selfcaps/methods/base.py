@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
+from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
 
@@ -124,6 +125,8 @@ class CapsuleMethod(L.LightningModule):
     bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
     #: The paper's headline top-1 per dataset, for the bench report.
     paper_results: ClassVar[dict[str, float]] = {}
+    #: The paper's central claim as a paired comparison (``selfcaps bench --suite claims``).
+    claim: ClassVar[Claim | None] = None
 
     def __init__(self, cfg: dict | DictConfig) -> None:
         super().__init__()
