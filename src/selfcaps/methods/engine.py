@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,14 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
 
-__all__ = ["RunCSVLogger", "build_trainer"]
+__all__ = [
+    "STOP_REASONS",
+    "LastCheckpoint",
+    "RunCSVLogger",
+    "build_trainer",
+    "epoch_complete",
+    "resume_position",
+]
 
 
 class _AtomicExperimentWriter(ExperimentWriter):
@@ -86,22 +94,135 @@ class RunCSVLogger(CSVLogger):
         return self._experiment
 
 
-class LastCheckpoint(Callback):
-    """Write ``last.ckpt`` at the end of every training epoch (after that epoch's validation).
+#: What can end training, as ``metrics.json``'s ``stopped_by`` records it: the planned
+#: ``trainer.epochs`` all trained, or a budget that ended training before them.
+STOP_REASONS = ("epochs", "max_steps", "max_time")
 
-    It holds everything a resume needs: weights, optimiser and scheduler, loop
-    progress, callback state (including ``best.ckpt``'s score) and method state.
+
+class LastCheckpoint(Callback):
+    """``last.ckpt`` and the step and time budgets: where training stops, a resume starts exactly.
+
+    ``last.ckpt`` is written at the end of every training epoch (after that epoch's
+    validation) and where a budget (``trainer.max_steps``, ``trainer.max_time``) stops
+    training in the middle of an epoch. It holds everything a resume needs: weights,
+    optimiser and scheduler, loop progress, callback state (including ``best.ckpt``'s
+    score), method state, the RNG state and the position in the epoch's data order
+    (:func:`resume_position`).
+
+    Lightning's own ``max_steps`` is not used: it makes the fit loop "iteration based",
+    and a checkpoint written at the end of an epoch is then restored as an epoch that
+    still has to end; the resumed run replays that end (an extra logged step, the
+    epoch-end hooks twice, and the epoch counter that seeds the data order one ahead, so
+    the weights diverge). So Lightning always trains by epochs, and this callback ends
+    training at the step the budget allows: at the end of a batch, the way Lightning's
+    ``max_steps`` would (no validation of a part of an epoch), after writing
+    ``last.ckpt`` there; resuming continues at the next batch of that epoch.
 
     Args:
         path: The checkpoint file.
+        epochs: ``trainer.epochs`` (training always ends after them).
+        max_steps: Step budget (-1: none); optimiser steps, counted over all resumes.
+        max_minutes: Time budget of this process's training (None: none), in minutes.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(
+        self, path: Path, epochs: int, max_steps: int = -1, max_minutes: float | None = None
+    ) -> None:
+        self.path, self.epochs = path, int(epochs)
+        self.max_steps = int(max_steps)
+        self.max_seconds = None if max_minutes is None else 60.0 * float(max_minutes)
+        #: Why training ended (a :data:`STOP_REASONS` item; None while it runs).
+        self.stopped_by: str | None = None
+        #: :func:`resume_position` of the last ``last.ckpt`` written (or resumed from).
+        self.position: tuple[int, int] = (0, 0)
+        self._t0 = time.monotonic()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stop reason, so that a resumed run that trains no further still reports it."""
+        return {"stopped_by": self.stopped_by, "position": list(self.position)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.stopped_by = state_dict.get("stopped_by")
+        self.position = tuple(state_dict.get("position", self.position))  # type: ignore[assignment]
+
+    def _save(self, trainer: L.Trainer) -> None:
+        self.position = resume_position(trainer)
+        trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Record where a run resumed from this checkpoint starts (:func:`resume_position`)."""
+        checkpoint["resume_at"] = list(resume_position(trainer))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the clock (a resumed run has a new time budget); a spent step budget stops."""
+        self._t0 = time.monotonic()
+        self.stopped_by = None
+        if self._budget_spent(trainer) == "max_steps":
+            self.stopped_by = "max_steps"
+            trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+
+    def _budget_spent(self, trainer: L.Trainer) -> str | None:
+        if self.max_steps >= 0 and trainer.global_step >= self.max_steps:
+            return "max_steps"
+        if self.max_seconds is not None and time.monotonic() - self._t0 >= self.max_seconds:
+            return "max_time"
+        return None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Stop (and write ``last.ckpt`` if mid-epoch) when a budget is spent."""
+        reason = self._budget_spent(trainer)
+        if reason is None or self.stopped_by is not None:
+            return
+        last_batch = batch_idx + 1 >= trainer.num_training_batches
+        if last_batch and trainer.current_epoch + 1 >= self.epochs:
+            return  # the planned epochs end here anyway
+        self.stopped_by = reason
+        if last_batch:  # validate and write last.ckpt as at any epoch end, then stop
+            return
+        # End the epoch here as Lightning's max_steps does: no validation of a partial epoch.
+        trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+        self._save(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Save, atomically (through the trainer's checkpoint IO)."""
-        trainer.save_checkpoint(self.path, weights_only=False)
+        """Write ``last.ckpt`` after a whole epoch (atomically, through the checkpoint IO)."""
+        if not epoch_complete(trainer):
+            return  # a budget stopped it midway: last.ckpt was written at that batch
+        # Lightning keeps the fit loop "restarting" through the whole first epoch of a run
+        # resumed mid-epoch, and then skips the epoch-interval LR schedulers at its end.
+        if trainer.fit_loop.restarting:
+            trainer.fit_loop.restarting = False
+        self._save(trainer)
+        if self.stopped_by is None and trainer.current_epoch + 1 >= self.epochs:
+            self.stopped_by = "epochs"
+        if self.stopped_by is not None:
+            trainer.should_stop = True
+
+
+def epoch_complete(trainer: L.Trainer) -> bool:
+    """Whether every batch of the current training epoch has been trained."""
+    done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    return done >= trainer.num_training_batches
+
+
+def resume_position(trainer: L.Trainer) -> tuple[int, int]:
+    """``(epoch, batches of it trained)`` where a run resumed from a checkpoint written now starts.
+
+    At the end of an epoch (or during its validation) that is the next epoch's start.
+    """
+    epoch = int(trainer.current_epoch)
+    if epoch_complete(trainer):
+        return epoch + 1, 0
+    return epoch, int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
 
 
 def build_trainer(
@@ -128,7 +249,14 @@ def build_trainer(
     t = cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
     every = int(cfg.monitor.knn_every_n_epochs)
-    cbs: list[Callback] = [LastCheckpoint(ckpt_dir / "last.ckpt")]
+    cbs: list[Callback] = [
+        LastCheckpoint(
+            ckpt_dir / "last.ckpt",
+            epochs=int(t.epochs),
+            max_steps=int(t.max_steps),
+            max_minutes=float(t.max_time) if t.max_time else None,
+        )
+    ]
     if monitor is not None and every > 0:
         cbs.append(
             ModelCheckpoint(
@@ -146,8 +274,7 @@ def build_trainer(
     return L.Trainer(
         default_root_dir=str(run_dir),
         max_epochs=int(t.epochs),
-        max_steps=int(t.max_steps),
-        max_time={"minutes": float(t.max_time)} if t.max_time else None,
+        max_steps=-1,  # step and time budgets: LastCheckpoint (see there why)
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=int(t.num_nodes),
