@@ -31,6 +31,7 @@ from selfcaps.cli.config import (
     load_yaml,
     parse_overrides,
 )
+from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.validate import validate_config
 from selfcaps.methods import CapsuleMethod, CliFlag, get_method, list_methods
 from selfcaps.methods.datamodule import SelfcapsDataModule
@@ -273,14 +274,16 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
     _check_inputs(method, dm)
-    resume_epoch = None
+    resume_epoch, batches = None, 0
     if ckpt is not None:
         saved = load_checkpoint(ckpt)  # an older checkpoint without "resume_at": an epoch end
         resume_epoch, batches = saved.get("resume_at", (int(saved["epoch"]) + 1, 0))
         dm.resume_at(resume_epoch, batches)
     metric, mode = method.monitor_metric
-    trainer = build_trainer(method.cfg, out, monitor=metric, mode=mode, resume_epoch=resume_epoch)
-    if trainer.is_global_zero and ckpt is None:
+    trainer = build_trainer(
+        method.cfg, out, metric, mode, resume_epoch=resume_epoch, resume_mid_epoch=batches > 0
+    )
+    if trainer.is_global_zero:  # a resumed run may have a new budget
         atomic_write_yaml(out / "config.yaml", OmegaConf.to_container(method.cfg, resolve=True))
     t0 = time.perf_counter()
     last = out / "checkpoints" / "last.ckpt"
@@ -318,6 +321,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         "params": int(sum(p.numel() for p in method.network.parameters())),
         "flops_per_image": _flops_per_image(method),
         "selfcaps_version": __version__,
+        "git_commit": git_commit(),
         "torch_version": torch.__version__,
         "device": str(method.device),
         "world_size": int(world),

@@ -13,6 +13,7 @@ import csv
 import io
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,38 @@ __all__ = [
 class _AtomicExperimentWriter(ExperimentWriter):
     """Keeps every row in memory and rewrites ``metrics.csv`` atomically on each save.
 
-    On resume, rows of epochs at or after ``resume_epoch`` (written after the
-    checkpoint being resumed from) are dropped, so no epoch appears twice.
+    On resume, rows of epochs after the one being resumed (written after the checkpoint
+    being resumed from) are dropped, so no epoch appears twice. Rows of the resumed
+    epoch itself are kept only when it is resumed in its middle (a budget stopped it
+    there; the stopped run logged it as it was then) and until the resumed run logs the
+    same metrics for it.
     """
 
-    def __init__(self, log_dir: str, resume_epoch: int | None) -> None:
+    def __init__(self, log_dir: str, resume_epoch: int | None, mid_epoch: bool = False) -> None:
         self.rows: list[dict[str, Any]] = []
+        self._replaceable: int | None = resume_epoch if mid_epoch else None
         path = Path(log_dir) / self.NAME_METRICS_FILE
         if resume_epoch is not None and path.is_file():
+            last = resume_epoch + 1 if mid_epoch else resume_epoch
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
                     epoch = row.get("epoch", "")
-                    if epoch == "" or float(epoch) < resume_epoch:
+                    if epoch == "" or float(epoch) < last:
                         self.rows.append({k: v for k, v in row.items() if v != ""})
         super().__init__(log_dir=log_dir)
+
+    def _replace_resumed_epoch(self, new: dict[str, Any]) -> None:
+        """Drop kept rows of the resumed epoch that ``new`` logs again."""
+        if self._replaceable is None or new.get("epoch") != self._replaceable:
+            return
+        keys = set(new) - {"epoch", "step"}
+        self.rows = [
+            r
+            for r in self.rows
+            if r.get("epoch", "") == ""
+            or float(r["epoch"]) != self._replaceable
+            or not keys & (set(r) - {"epoch", "step"})
+        ]
 
     def _check_log_dir_exists(self) -> None:  # never delete earlier logs
         return
@@ -60,6 +79,8 @@ class _AtomicExperimentWriter(ExperimentWriter):
         atomic_write_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
 
     def save(self) -> None:
+        for row in self.metrics:
+            self._replace_resumed_epoch(row)
         self.rows.extend(self.metrics)
         self.metrics = []
         if not self.rows:
@@ -77,12 +98,15 @@ class RunCSVLogger(CSVLogger):
 
     Args:
         run_dir: The run directory.
-        resume_epoch: Epoch being resumed from (older rows are kept, newer dropped).
+        resume_epoch: Epoch being resumed (older rows are kept, newer dropped).
+        mid_epoch: Whether it is resumed in its middle (its rows are kept until replaced).
     """
 
-    def __init__(self, run_dir: Path, resume_epoch: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, resume_epoch: int | None = None, mid_epoch: bool = False
+    ) -> None:
         super().__init__(save_dir=str(run_dir), name="", version="")
-        self._resume_epoch = resume_epoch
+        self._resume_epoch, self._mid_epoch = resume_epoch, mid_epoch
 
     @property
     @rank_zero_experiment
@@ -90,9 +114,17 @@ class RunCSVLogger(CSVLogger):
         """The atomic writer."""
         if self._experiment is None:
             os.makedirs(self.log_dir, exist_ok=True)
-            self._experiment = _AtomicExperimentWriter(self.log_dir, self._resume_epoch)
+            self._experiment = _AtomicExperimentWriter(
+                self.log_dir, self._resume_epoch, self._mid_epoch
+            )
         return self._experiment
 
+
+# A run resumed in the middle of an epoch starts its data where the checkpoint was written
+# (``resume_at``, :meth:`SelfcapsDataModule.resume_at`); Lightning cannot see that and warns.
+warnings.filterwarnings(
+    "ignore", message="You're resuming from a checkpoint that ended before the epoch ended"
+)
 
 #: What can end training, as ``metrics.json``'s ``stopped_by`` records it: the planned
 #: ``trainer.epochs`` all trained, or a budget that ended training before them.
@@ -232,6 +264,7 @@ def build_trainer(
     mode: str = "max",
     callbacks: list[Callback] | None = None,
     resume_epoch: int | None = None,
+    resume_mid_epoch: bool = False,
 ) -> L.Trainer:
     """A Trainer for a run configuration.
 
@@ -242,6 +275,7 @@ def build_trainer(
         mode: ``"max"`` or ``"min"`` for ``monitor``.
         callbacks: Extra callbacks.
         resume_epoch: Epoch a resumed run starts from (for the CSV log).
+        resume_mid_epoch: Whether it starts in that epoch's middle (for the CSV log).
 
     Returns:
         The configured ``lightning.Trainer``.
@@ -283,7 +317,7 @@ def build_trainer(
         deterministic=bool(t.deterministic),
         callbacks=cbs,
         logger=[
-            RunCSVLogger(run_dir, resume_epoch),
+            RunCSVLogger(run_dir, resume_epoch, resume_mid_epoch),
             TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""),
         ],
         log_every_n_steps=int(t.log_every_n_steps),
