@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from torch import Tensor
 
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
 
@@ -138,8 +139,9 @@ class LastCheckpoint(Callback):
     validation) and where a budget (``trainer.max_steps``, ``trainer.max_time``) stops
     training in the middle of an epoch. It holds everything a resume needs: weights,
     optimiser and scheduler, loop progress, callback state (including ``best.ckpt``'s
-    score), method state, the RNG state and the position in the epoch's data order
-    (:func:`resume_position`).
+    score), method state, the RNG state, the position in the epoch's data order
+    (:func:`resume_position`) and, in the middle of an epoch, the running sums behind the
+    epoch's logged means (so that its ``metrics.csv`` row is exact too).
 
     Lightning's own ``max_steps`` is not used: it makes the fit loop "iteration based",
     and a checkpoint written at the end of an epoch is then restored as an epoch that
@@ -168,6 +170,7 @@ class LastCheckpoint(Callback):
         #: :func:`resume_position` of the last ``last.ckpt`` written (or resumed from).
         self.position: tuple[int, int] = (0, 0)
         self._t0 = time.monotonic()
+        self._sums_to_restore: dict[str, list[Tensor]] = {}
 
     def state_dict(self) -> dict[str, Any]:
         """The stop reason, so that a resumed run that trains no further still reports it."""
@@ -187,6 +190,14 @@ class LastCheckpoint(Callback):
     ) -> None:
         """Record where a run resumed from this checkpoint starts (:func:`resume_position`)."""
         checkpoint["resume_at"] = list(resume_position(trainer))
+        if checkpoint["resume_at"][1] > 0 and trainer.world_size == 1:  # (sums are per process)
+            checkpoint["epoch_sums"] = _epoch_sums(trainer)
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Keep the resumed epoch's running means, to add them once training logs again."""
+        self._sums_to_restore = dict(checkpoint.get("epoch_sums", {}))
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Start the clock (a resumed run has a new time budget); a spent step budget stops."""
@@ -199,8 +210,11 @@ class LastCheckpoint(Callback):
     def _budget_spent(self, trainer: L.Trainer) -> str | None:
         if self.max_steps >= 0 and trainer.global_step >= self.max_steps:
             return "max_steps"
-        if self.max_seconds is not None and time.monotonic() - self._t0 >= self.max_seconds:
-            return "max_time"
+        if self.max_seconds is not None:
+            late = time.monotonic() - self._t0 >= self.max_seconds
+            # Clocks differ between processes: rank 0 decides for all (as Lightning's Timer).
+            if trainer.strategy.broadcast(late, src=0):
+                return "max_time"
         return None
 
     def on_train_batch_end(
@@ -212,6 +226,8 @@ class LastCheckpoint(Callback):
         batch_idx: int,
     ) -> None:
         """Stop (and write ``last.ckpt`` if mid-epoch) when a budget is spent."""
+        if self._sums_to_restore:
+            _add_epoch_sums(trainer, self._sums_to_restore)
         reason = self._budget_spent(trainer)
         if reason is None or self.stopped_by is not None:
             return
@@ -229,15 +245,44 @@ class LastCheckpoint(Callback):
         """Write ``last.ckpt`` after a whole epoch (atomically, through the checkpoint IO)."""
         if not epoch_complete(trainer):
             return  # a budget stopped it midway: last.ckpt was written at that batch
-        # Lightning keeps the fit loop "restarting" through the whole first epoch of a run
-        # resumed mid-epoch, and then skips the epoch-interval LR schedulers at its end.
-        if trainer.fit_loop.restarting:
-            trainer.fit_loop.restarting = False
         self._save(trainer)
         if self.stopped_by is None and trainer.current_epoch + 1 >= self.epochs:
             self.stopped_by = "epochs"
         if self.stopped_by is not None:
             trainer.should_stop = True
+
+
+def _epoch_results(trainer: L.Trainer) -> dict[str, Any]:
+    """This epoch's accumulating training metrics (``self.log(..., on_epoch=True)``, mean)."""
+    results = getattr(trainer.fit_loop.epoch_loop, "_results", {})
+    return {
+        k: m
+        for k, m in results.items()
+        if getattr(m, "is_tensor", False) and m.meta.on_epoch and m.meta.is_mean_reduction
+    }
+
+
+def _epoch_sums(trainer: L.Trainer) -> dict[str, list[Tensor]]:
+    """The running sums and counts behind this epoch's logged means (for a mid-epoch resume)."""
+    return {
+        k: [m.value.detach().clone(), m.cumulated_batch_size.detach().clone()]
+        for k, m in _epoch_results(trainer).items()
+    }
+
+
+def _add_epoch_sums(trainer: L.Trainer, sums: dict[str, list[Tensor]]) -> None:
+    """Add the interrupted part of the epoch to the means the resumed run accumulates.
+
+    Called after the first batches the resumed run logs, once per metric: the sums are
+    added to the resumed batches' (``b + a == a + b`` in floating point), so the epoch's
+    logged mean is the uninterrupted run's, bit for bit.
+    """
+    results = _epoch_results(trainer)
+    for k in [k for k in sums if k in results]:
+        value, count = sums.pop(k)
+        m = results[k]
+        m.value = m.value + value.to(m.value)
+        m.cumulated_batch_size = m.cumulated_batch_size + count.to(m.cumulated_batch_size)
 
 
 def epoch_complete(trainer: L.Trainer) -> bool:
