@@ -111,7 +111,8 @@ def test_killed_during_finetuning_resumes_and_finetunes_again(tmp_path, run_dir)
     args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", "2", "--finetune-epochs", "2"]
     run_killed_at("finetune_batch", 3, *args, *TINY)
     assert not (out / "metrics.json").exists()
-    assert (out / "finetune" / "checkpoints" / "last.ckpt").is_file()  # phase 2 had begun
+    assert load_checkpoint(out / "checkpoints" / "last.ckpt")["resume_at"] == [2, 0]
+    assert (out / "finetune" / "metrics.csv").is_file()  # phase 2 had begun
     assert main(["run", "mcae", "--out", str(out), "--resume", "--no-progress"]) == 0
     before = json.loads((run_dir / "metrics.json").read_text())
     after = json.loads((out / "metrics.json").read_text())

@@ -305,6 +305,9 @@ class CapsuleMethod(L.LightningModule):
                 else self.trainer.max_epochs
             )
             total = int(total) if total and math.isfinite(total) else 1
+            steps = int(self.cfg.trainer.max_steps)  # a budget the Trainer does not see
+            if o.interval == "step" and steps > 0:
+                total = min(total, steps)
             return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
         raise ValueError(
             f"optim.scheduler: unknown schedule {o.scheduler!r}; "

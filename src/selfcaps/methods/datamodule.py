@@ -11,7 +11,8 @@ Every random choice the data pipeline makes is a pure function of
 
 So an epoch's batches do not depend on what ran before it: a run resumed from
 ``last.ckpt`` after a crash sees exactly the batches the uninterrupted run saw,
-whatever the number of workers.
+whatever the number of workers; one resumed where a budget stopped it in the middle of
+an epoch starts at the next batch of that epoch (:meth:`SelfcapsDataModule.resume_at`).
 """
 
 from __future__ import annotations
