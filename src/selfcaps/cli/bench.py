@@ -33,6 +33,7 @@ import torch
 
 from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, default_preset
+from selfcaps.cli.provenance import git_commit
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.io import atomic_write_text
 
@@ -52,7 +53,7 @@ DEFAULT_BUDGET = 10.0  # training minutes per (method, dataset) pair of the meth
 COLUMNS = [
     "dataset", "method", "protocol", "top1", "top5", "paper_top1", "pixels_top1",
     "random_init_top1", "params", "flops_per_image", "train_images_per_s", "wall_time_min",
-    "status", "notes", "run_dir", "command",
+    "status", "notes", "git_commit", "run_dir", "command",
 ]  # fmt: skip
 
 
@@ -93,11 +94,20 @@ class BenchRow:
             "wall_time_min": round(wall / 60, 1) if wall is not None else None,
             "status": self.status,
             "notes": "; ".join(
-                f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m
+                [f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m]
+                + _stop_note(m)
             ),
+            "git_commit": m.get("git_commit"),
             "run_dir": str(self.run_dir),
             "command": " ".join(self.command),
         }
+
+
+def _stop_note(m: dict[str, Any]) -> list[str]:
+    """``stopped by max_time: 2 of 8 epochs`` when a budget ended the run's training early."""
+    if m.get("stopped_by", "epochs") == "epochs":
+        return []
+    return [f"stopped by {m['stopped_by']}: {m['epochs_trained']} of {m['epochs_planned']} epochs"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -246,18 +256,7 @@ def _fmt(v: Any) -> str:
 
 def environment() -> dict[str, str]:
     """The selfcaps version, git commit, torch, device, Python and date of a report."""
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-            or "unknown"
-        )
-    except OSError:
-        commit = "unknown"
+    commit = git_commit()
     device = (
         torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
@@ -288,6 +287,7 @@ _HEAD = [
     "wall (min)",
     "status",
     "notes",
+    "commit",
 ]
 _KEYS = [
     "method",
@@ -303,6 +303,7 @@ _KEYS = [
     "wall_time_min",
     "status",
     "notes",
+    "git_commit",
 ]
 
 

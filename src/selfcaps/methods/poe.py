@@ -392,9 +392,15 @@ class PoE(CapsuleMethod):
             self.epochs_finished.fill_(self.current_epoch + 1)
             self._epochs_run = self.current_epoch + 1
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Also the running sum of stage 3's capsule poses (a budget can stop an epoch midway)."""
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["selfcaps"]["hemisphere_sum"] = self._hemisphere_sum
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Also take the resumed checkpoint's finished epochs as this training's."""
         super().on_load_checkpoint(checkpoint)
+        self._hemisphere_sum = checkpoint.get("selfcaps", {}).get("hemisphere_sum")
         finished = checkpoint.get("state_dict", {}).get("epochs_finished")
         if finished is not None:
             self._epochs_run = max(self._epochs_run, int(finished))
