@@ -26,12 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, default_preset
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.io import atomic_write_text
+from selfcaps.methods.atomic import atomic_write_text
 
 __all__ = ["BenchRow", "add_bench_arguments", "cmd_bench", "collect_rows", "render_report"]
 
@@ -219,6 +217,8 @@ def _fmt(v: Any) -> str:
 
 
 def _environment() -> dict[str, str]:
+    import torch
+
     try:
         commit = (
             subprocess.run(

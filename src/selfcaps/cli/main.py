@@ -3,6 +3,10 @@
 Errors a user can fix (an unknown name or key, a bad value, missing or corrupt
 data, an unreadable checkpoint) are printed as one ``selfcaps: error: ...``
 line on stderr with exit code 2; a run stopped by a non-finite loss exits 3.
+
+Nothing here, nor in the modules that build the parser, imports torch or
+Lightning: ``--version``, ``--help``, ``list`` and configuration errors answer
+at once; each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -12,23 +16,20 @@ import sys
 from collections.abc import Sequence
 
 from selfcaps import __version__
-from selfcaps.models import list_models
+from selfcaps.cli.bench import add_bench_arguments, cmd_bench
+from selfcaps.cli.config import ConfigError
+from selfcaps.cli.evaluate import (
+    add_eval_arguments,
+    add_profile_arguments,
+    cmd_eval,
+    cmd_profile,
+)
+from selfcaps.cli.listing import LIST_CHOICES, cmd_list
+from selfcaps.cli.run import RUN_COMMANDS, add_run_arguments, cmd_pretrain, cmd_run
+from selfcaps.cli.sample import add_sample_arguments, cmd_sample
+from selfcaps.methods import list_methods
 
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    from selfcaps.cli.config import list_presets
-    from selfcaps.data import list_datasets
-    from selfcaps.methods import list_methods
-
-    if args.what == "models":
-        print("\n".join(list_models(args.pattern)))
-    elif args.what == "methods":
-        presets = list_presets()
-        for m in list_methods():
-            print(f"{m:<12} presets: {', '.join(presets.get(m, []))}")
-    elif args.what == "datasets":
-        print("\n".join(list_datasets()))
-    return 0
+__all__ = ["build_parser", "main"]
 
 
 def _quiet_third_party() -> None:
@@ -45,36 +46,45 @@ def _quiet_third_party() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level argument parser with every subcommand."""
-    from selfcaps.cli.bench import add_bench_arguments, cmd_bench
-    from selfcaps.cli.evaluate import (
-        add_eval_arguments,
-        add_profile_arguments,
-        cmd_eval,
-        cmd_profile,
-    )
-    from selfcaps.cli.run import add_run_arguments, cmd_pretrain, cmd_run
-    from selfcaps.cli.sample import add_sample_arguments, cmd_sample
+def _method_of(argv: Sequence[str]) -> str | None:
+    """The method named on a ``run`` / ``pretrain`` command line, if any (for its own flags)."""
+    commands = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if not commands or argv[commands[0]] not in RUN_COMMANDS:
+        return None
+    methods = set(list_methods())
+    return next((a for a in argv[commands[0] + 1 :] if a in methods), None)
 
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The top-level argument parser with every subcommand.
+
+    Args:
+        argv: The command line; ``run`` / ``pretrain`` get the flags of the method it
+            names (``selfcaps run sparsecaps --help`` shows SparseCaps' own flags).
+    """
     parser = argparse.ArgumentParser(
-        prog="selfcaps", description="Capsule networks that learn without labels."
+        prog="selfcaps",
+        description="Capsule networks that learn without labels.",
+        epilog="Start with `selfcaps list`, then `selfcaps run METHOD --help`.",
     )
     parser.add_argument("--version", action="version", version=f"selfcaps {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("list", help="list models, methods (with presets) or datasets")
-    p.add_argument("what", nargs="?", default="models", choices=["models", "methods", "datasets"])
+    p = sub.add_parser(
+        "list", help="methods with their presets, datasets and models (or one of them)"
+    )
+    p.add_argument("what", nargs="?", default="all", choices=LIST_CHOICES)
     p.add_argument("--pattern", default="*", help="shell-style filter for models, e.g. 'coca*'")
-    p.set_defaults(func=_cmd_list)
+    p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("run", help="pretrain, evaluate, write a run directory")
-    add_run_arguments(p)
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser("pretrain", help="train only (checkpoints and weights, no evaluation)")
-    add_run_arguments(p)
-    p.set_defaults(func=cmd_pretrain)
+    method = _method_of(argv)
+    for name, func, text in (
+        ("run", cmd_run, "pretrain, evaluate, write a run directory"),
+        ("pretrain", cmd_pretrain, "train only (checkpoints and weights, no evaluation)"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        add_run_arguments(p, method)
+        p.set_defaults(func=func)
 
     p = sub.add_parser("eval", help="evaluate a run directory with a protocol")
     add_eval_arguments(p)
@@ -94,6 +104,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_code(e: BaseException) -> int | None:
+    """2 for an error the user can fix, 3 for a non-finite loss, None for a bug (re-raised).
+
+    The exception classes of the heavy layers are imported only here, after they were raised.
+    """
+    if isinstance(e, FloatingPointError):
+        from selfcaps.methods.base import NonFiniteError
+
+        return 3 if isinstance(e, NonFiniteError) else None
+    if isinstance(e, ConfigError | OSError | ValueError):  # missing data, unwritable output, ...
+        return 2
+    if isinstance(e, RuntimeError):
+        from selfcaps.methods.io import CheckpointError
+
+        return 2 if isinstance(e, CheckpointError) else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``selfcaps`` command.
 
@@ -103,12 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
-    from selfcaps.cli.config import ConfigError
-    from selfcaps.methods import NonFiniteError
-    from selfcaps.methods.io import CheckpointError
-
-    _quiet_third_party()
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may come anywhere on the line, before or after options.
     overrides = [x for x in extra if "=" in x and not x.startswith("-")]
@@ -120,17 +144,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _quiet_third_party()
     try:
         return int(args.func(args) or 0)
-    except NonFiniteError as e:
+    except Exception as e:
+        code = _exit_code(e)
+        if code is None:
+            raise
         print(f"selfcaps: error: {e}", file=sys.stderr)
-        return 3
-    except (ConfigError, CheckpointError, OSError) as e:  # missing data, unwritable output, ...
-        print(f"selfcaps: error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # unknown names and invalid values from the library
-        print(f"selfcaps: error: {e}", file=sys.stderr)
-        return 2
+        return code
 
 
 if __name__ == "__main__":  # pragma: no cover

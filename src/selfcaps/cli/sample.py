@@ -13,12 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
 from selfcaps.cli.config import ConfigError, load_yaml
-from selfcaps.methods.figures import ImageGrid
-from selfcaps.methods.io import load_weights
-from selfcaps.models import create_model
 
 __all__ = ["add_sample_arguments", "cmd_sample"]
 
@@ -46,6 +41,11 @@ def _run_default(run_dir: Path, key: str, fallback: int) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """Write the sample grid of a PoE run."""
+    import torch
+
+    from selfcaps.methods.figures import ImageGrid
+    from selfcaps.methods.io import load_weights
+    from selfcaps.models import create_model
     from selfcaps.viz import render_figure
 
     tensors, config = load_weights(args.run_dir / "model.safetensors")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,22 +27,13 @@ from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.flags import CliFlag
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
 
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient that is NaN or infinite; the message names the step and quantity."""
-
-
-@dataclass(frozen=True)
-class CliFlag:
-    """A method-specific command-line flag that sets a configuration key."""
-
-    key: str
-    type: type
-    help: str
-    choices: tuple[str, ...] | None = None
 
 
 def build_optimizer(
@@ -105,8 +95,6 @@ class CapsuleMethod(L.LightningModule):
     #: Whether validation runs the online kNN monitor. ``False``: the validation loaders are
     #: ``[val]`` only (no feature bank) and the method logs its own ``monitor_metric``.
     knn_monitor: ClassVar[bool] = True
-    #: Method-specific flags of ``selfcaps run`` (``--variant`` ...).
-    cli_flags: ClassVar[dict[str, CliFlag]] = {}
     #: What ``selfcaps bench`` reports for this method: the protocol's name and the
     #: metrics.json keys of top-1, top-5 and the pixel / random-init baselines (None: n/a).
     bench_protocol: ClassVar[str] = "kNN"

@@ -34,7 +34,6 @@ networks use their class activations as scores.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any, ClassVar
 
 import torch
@@ -46,7 +45,7 @@ from torchvision.transforms import v2
 from selfcaps.caps import caps_length
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
-from selfcaps.methods.base import CapsuleMethod, CliFlag
+from selfcaps.methods.base import CapsuleMethod
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod"]
@@ -62,14 +61,6 @@ _OTHER_NETWORKS: dict[str, tuple[str, ...]] = {
     "table1_encapnet_master_aide": ("num_caps", "coefficients"),
 }
 _ENCAPNETS = ("encapnet", "encapnet18")
-
-
-def on_off(value: str) -> bool:
-    """``--ot on|off`` as a boolean."""
-    v = value.strip().lower()
-    if v not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"expected on or off, got {value!r}")
-    return v == "on"
 
 
 class EncapNetMethod(CapsuleMethod):
@@ -95,10 +86,6 @@ class EncapNetMethod(CapsuleMethod):
     bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "svhn")
     #: Li et al. 2018, encapnet18 without strong augmentation: 100 - error.
     paper_results: ClassVar[dict[str, float]] = {"cifar10": 95.45, "cifar100": 73.23, "svhn": 97.99}
-    cli_flags: ClassVar[dict[str, CliFlag]] = {
-        "--variant": CliFlag("model.variant", str, "EncapNet capConvs", ("master", "master_aide")),
-        "--ot": CliFlag("loss.ot", on_off, "feedback agreement units: on|off"),
-    }
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -48,7 +48,7 @@ from torchvision.transforms import v2
 
 from selfcaps.data import EvalTransform
 from selfcaps.eval import finetune
-from selfcaps.methods.base import CapsuleMethod, CliFlag, build_optimizer
+from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.engine import RunCSVLogger
 from selfcaps.methods.figures import Figure, ImageGrid
@@ -138,14 +138,6 @@ class MCAE(CapsuleMethod):
         "fashion_mnist": 95.0,
         "cifar10": 92.8,
         "smallnorb": 95.0,
-    }
-    cli_flags: ClassVar[dict[str, CliFlag]] = {
-        "--pretrain-epochs": CliFlag(
-            "trainer.epochs", int, "MCAE pretraining epochs (0: no pretraining)"
-        ),
-        "--finetune-epochs": CliFlag("eval.finetune_epochs", int, "MCAE finetuning epochs"),
-        "--mask-ratio": CliFlag("model.mask_ratio", float, "MCAE fraction of masked patches"),
-        "--backbone": CliFlag("model.backbone", str, "MCAE backbone", ("convmixer", "vit")),
     }
 
     def __init__(self, cfg: Any) -> None:
