@@ -374,12 +374,15 @@ class CapsuleMethod(L.LightningModule):
         sim = F.normalize(q_f, dim=1) @ F.normalize(b_f, dim=1).t()
         nn_idx = sim.topk(min(k, len(b_idx)), dim=1).indices
         rows = [torch.cat([q_img[i : i + 1], b_img[nn_idx[i]]]) for i in range(len(q_idx))]
+        k = nn_idx.shape[1]
         return ImageGrid(
             torch.cat(rows),
-            nrow=nn_idx.shape[1] + 1,
-            title=(
-                f"test image | {nn_idx.shape[1]} nearest training images ({self.monitor_feature})"
-            ),
+            nrow=k + 1,
+            title=f"test images (framed) and their {k} nearest training images "
+            f"({self.monitor_feature} feature)",
+            col_labels=["query", *(str(j + 1) for j in range(k))],
+            xlabel="nearest training images, most similar first",
+            highlight_col=0,
         )
 
     # --------------------------------------------------------- checkpointed state

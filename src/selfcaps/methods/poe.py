@@ -105,7 +105,7 @@ from selfcaps.caps import squash
 from selfcaps.data import EvalTransform
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
-from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
 from selfcaps.models import create_model
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
@@ -694,11 +694,15 @@ class PoE(CapsuleMethod):
         """Samples per capsule (Fig. 2), restricted-domain samples, reconstructions."""
         net, s = self.poe, self.cfg.samples
         figs: dict[str, Figure] = {
-            "samples": ImageGrid(net.sample_grid(int(s.rows), int(s.seed)), nrow=net.num_caps)
+            "samples": capsule_columns(
+                net.sample_grid(int(s.rows), int(s.seed)), net.num_caps, "samples"
+            )
         }
         if bool((net.hemisphere != 0).any()):
             grid = net.sample_grid(int(s.rows), int(s.seed), restricted=True)
-            figs["samples_restricted"] = ImageGrid(grid, nrow=net.num_caps)
+            figs["samples_restricted"] = capsule_columns(
+                grid, net.num_caps, "restricted-domain samples"
+            )
         test = dm.eval_loader("test").dataset  # 10 images spread over the (maybe sorted) split
         picks = torch.linspace(0, len(test) - 1, min(10, len(test))).long().tolist()
         x = torch.stack([test[i][0] for i in picks]).to(self.device)
