@@ -10,10 +10,10 @@ import argparse
 import textwrap
 
 from selfcaps.cli.catalog import DATASETS, list_models
-from selfcaps.cli.config import list_presets
+from selfcaps.cli.presets import list_presets
 from selfcaps.methods import list_methods
 
-__all__ = ["LIST_CHOICES", "cmd_list", "format_listing"]
+__all__ = ["LIST_CHOICES", "add_list_arguments", "cmd_list", "format_listing"]
 
 LIST_CHOICES = ("all", "methods", "datasets", "models")
 
@@ -58,6 +58,12 @@ def format_listing(what: str = "all", pattern: str = "*") -> str:
             *(indent + line for line in _wrapped(list_models(pattern))),
         ]
     )
+
+
+def add_list_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``selfcaps list``."""
+    p.add_argument("what", nargs="?", default="all", choices=LIST_CHOICES)
+    p.add_argument("--pattern", default="*", help="shell-style filter for models, e.g. 'coca*'")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

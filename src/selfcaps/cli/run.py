@@ -42,16 +42,12 @@ if TYPE_CHECKING:  # imported when a run starts (they import torch and Lightning
     from selfcaps.methods.datamodule import SelfcapsDataModule
 
 __all__ = [
-    "RUN_COMMANDS",
     "add_run_arguments",
     "cmd_pretrain",
     "cmd_run",
     "prepare_run",
     "resolve_data_root",
 ]
-
-#: Subcommands that take a method and its flags.
-RUN_COMMANDS = ("run", "pretrain")
 
 #: Generic flags of ``run`` / ``pretrain`` and the configuration key each sets.
 _FLAG_KEYS = {
@@ -268,13 +264,12 @@ def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
 
 
 def _print_table(title: str, metrics: dict[str, Any]) -> None:
-    width = max(len(k) for k in metrics)
-    print(f"\n{title}")
-    print("-" * (width + 14))
-    for k, v in metrics.items():
-        val = f"{v:10.4g}" if isinstance(v, float) else f"{v!s:>10}"
-        print(f"{k:<{width}}  {val}")
-    print("-" * (width + 14))
+    """The short end-of-run summary (:mod:`selfcaps.cli.summary`); ``title`` ends with the dir."""
+    from selfcaps.cli.summary import format_summary
+
+    cls = get_method(str(metrics["method"]))
+    out = Path(title.rsplit(" -> ", 1)[-1])
+    print(format_summary(metrics, out, cls.bench_protocol, cls.bench_keys, cls.bench_notes))
 
 
 def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = None) -> int:
@@ -287,6 +282,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     import lightning as L
     import torch
 
+    from selfcaps.eval.progress import note, set_progress
     from selfcaps.methods.datamodule import SelfcapsDataModule
     from selfcaps.methods.engine import build_trainer
     from selfcaps.methods.io import (
@@ -360,8 +356,11 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         if getattr(cb, "monitor", None) == metric and cb.best_model_score is not None:
             metrics[f"best_{metric}"] = float(cb.best_model_score)
     method.eval()
+    set_progress(bool(method.cfg.trainer.progress_bar))
     if evaluate:
+        note(f"final evaluation of {method.name} on the test split ({method.bench_protocol})")
         metrics.update(method.evaluate(dm))
+        note("evaluation done; writing weights, metrics and figures")
     save_weights(
         out / "model.safetensors",
         method.network.state_dict(),

@@ -35,7 +35,7 @@ def can_create(directory: Path) -> None:
     existing, _ = _missing_ancestors(directory)
     if not existing.is_dir():
         raise NotADirectoryError(
-            20, f"cannot create the output directory {directory}: {existing} is a file"
+            20, f"cannot write the output directory {directory}: {existing} is a file"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(
