@@ -61,3 +61,17 @@ def test_atomic_rewrite_keeps_the_files_mode(tmp_path):
     path.chmod(0o640)
     atomic_write_text(path, "{}\n")
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_a_run_failing_after_creating_its_directory_removes_it_if_empty(tmp_path, monkeypatch):
+    import selfcaps.methods.engine as engine
+    from tests.runs import TINY
+
+    def broken(*_, **__):
+        raise RuntimeError("the trainer could not be built")
+
+    monkeypatch.setattr(engine, "build_trainer", broken)
+    out = tmp_path / "runs" / "coca" / "t"
+    with pytest.raises(RuntimeError, match="could not be built"):
+        main(["run", "coca", "--out", str(out), *TINY])
+    assert list(tmp_path.iterdir()) == []  # runs/coca/t and its parents, created by the run

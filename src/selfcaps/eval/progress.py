@@ -98,5 +98,5 @@ class RunProgressBar(TQDMProgressBar):
         if self._train_progress_bar is not None and not trainer.sanity_checking:
             total = self.total_val_batches_current_dataloader
             loaders = len(trainer.num_val_batches) if trainer.num_val_batches else 1
-            part = f" {dataloader_idx + 1}/{loaders}" if loaders > 1 else ""
+            part = f" part {dataloader_idx + 1}/{loaders}:" if loaders > 1 else ""
             self._describe(trainer, pl_module, f" validating{part} {batch_idx + 1}/{total}")

@@ -103,6 +103,7 @@ from torch.utils.data import DataLoader
 
 from selfcaps.caps import squash
 from selfcaps.data import EvalTransform
+from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
@@ -650,7 +651,7 @@ class PoE(CapsuleMethod):
             loader = DataLoader(data, batch_size=int(j.batch_size), shuffle=True, generator=g)
             judge.train()
             with torch.enable_grad():
-                for _ in range(int(j.epochs)):
+                for _ in progress(range(int(j.epochs)), "training the judging CNN (epochs)"):
                     for x, y in loader:
                         loss = F.cross_entropy(judge(x.to(self.device)), y.to(self.device))
                         opt.zero_grad(set_to_none=True)
@@ -670,7 +671,7 @@ class PoE(CapsuleMethod):
         n, seed = int(self.cfg.samples.per_capsule), int(self.cfg.samples.seed)
         draws = net.draws(n, torch.Generator().manual_seed(mix_seed(seed, 0xD4A)), restricted)
         purities, classes = [], []
-        for j in range(net.num_caps):
+        for j in progress(range(net.num_caps), f"judging {n} samples per capsule{suffix}"):
             preds = torch.cat(
                 [
                     judge(net.generate(j, chunk.to(self.device))).argmax(1).cpu()

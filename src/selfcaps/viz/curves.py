@@ -125,8 +125,8 @@ def plot_training_curves(metrics_csv: Path | str, out: Path | str, title: str = 
                             xytext=(6, 4), fontsize=8)  # fmt: skip
         for x, value in changes:
             ax.axvline(x, color="0.4", ls="--", lw=1)
-            ax.text(x, 1.0, f" {phase} {value}", transform=ax.get_xaxis_transform(),
-                    va="top", fontsize=7, color="0.3")  # fmt: skip
+            ax.text(x, 1.01, f"{phase} {value}", transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=7, color="0.3")  # fmt: skip
         ax.set_xlim(0, max(1.0, math.ceil(last)) + 0.25)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
