@@ -28,6 +28,7 @@ from selfcaps.cli.catalog import check_dataset_name
 from selfcaps.cli.config import (
     ConfigError,
     default_preset,
+    list_presets,
     load_config,
     load_yaml,
     parse_overrides,
@@ -127,6 +128,12 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
     if method is None:
         p.epilog = "method options (see `selfcaps run METHOD --help`): " + "; ".join(
             f"{name}: {', '.join(flags) or 'none'}" for name, flags in METHOD_FLAGS.items()
+        )
+    else:
+        p.epilog = (
+            f"presets of {method}: {', '.join(list_presets(method).get(method, []))}. "
+            "Any configuration key can be set as key=value (e.g. optim.lr=3e-4); "
+            "an unknown key is refused with the valid ones listed."
         )
 
 
