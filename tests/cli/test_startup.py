@@ -30,6 +30,8 @@ COMMANDS = [
     ["run", "coca", "no.such.key=1"],  # unknown key
     ["run", "coca", "--variant", "dense"],  # another method's flag
     ["run", "sparsecaps", "--variant", "desne"],  # a bad choice of its own flag
+    ["eval", "no_such_run"],  # not a run directory
+    ["profile", "coca", "--preset", "fast"],
 ]
 
 # One interpreter runs every command in turn and reports what each left in sys.modules:

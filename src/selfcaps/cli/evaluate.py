@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from selfcaps.cli.config import default_preset, load_config, parse_overrides
+from selfcaps.cli.config import ConfigError, default_preset, load_config, parse_overrides
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.atomic import atomic_write_json
 
@@ -41,6 +41,9 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
+    cfg_path = args.run_dir / "config.yaml"
+    if not cfg_path.is_file():  # checked before torch is imported
+        raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
     from selfcaps.cli.protocols import feature_kind, load_run, run_protocol
 
     method, dm = load_run(args)
@@ -59,13 +62,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """``selfcaps profile``: parameters and FLOPs of a method's network on its data's images."""
-    from selfcaps.eval import format_profile, profile_model
-
     overrides = parse_overrides(args.overrides)
     if args.data:
         overrides.append(("data.name", args.data))
     preset = args.preset or default_preset(args.method, args.data)
     cfg = load_config(args.method, preset, overrides, methods=list_methods())
+    from selfcaps.eval import format_profile, profile_model
+
     method = get_method(args.method)(cfg)
     net = method.network.eval()
     shape = tuple(method.example_input().shape)

@@ -21,10 +21,7 @@ __all__ = ["feature_kind", "load_run", "run_protocol"]
 
 def load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModule]:
     """The method of a run directory with its checkpoint loaded, in eval mode, and its data."""
-    cfg_path = args.run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
-    cfg = OmegaConf.create(load_yaml(cfg_path))
+    cfg = OmegaConf.create(load_yaml(args.run_dir / "config.yaml"))
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     method = get_method(cfg.method)(cfg)
     ckpt = load_checkpoint(args.run_dir / "checkpoints" / f"{args.checkpoint}.ckpt")
