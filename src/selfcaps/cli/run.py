@@ -275,7 +275,7 @@ def _print_table(title: str, metrics: dict[str, Any]) -> None:
     from selfcaps.cli.summary import format_summary
 
     cls = get_method(str(metrics["method"]))
-    out = Path(title.rsplit(" -> ", 1)[-1])
+    out = Path(title.rsplit(" -> ", 1)[-1])  # the title is "<method> on <data> -> <out>"
     print(format_summary(metrics, out, cls.bench_protocol, cls.bench_keys, cls.bench_notes))
 
 

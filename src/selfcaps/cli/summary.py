@@ -14,10 +14,10 @@ from typing import Any
 __all__ = ["format_summary"]
 
 _KEY_LABELS = {
-    "top1": "top-1 ({protocol})",
-    "top5": "top-5 ({protocol})",
-    "pixels": "top-1 on raw pixels (baseline)",
-    "random_init": "top-1 untrained network (baseline)",
+    "top1": "{protocol}",
+    "top5": "{protocol}, top-5",
+    "pixels": "baseline: raw pixels",
+    "random_init": "baseline: untrained network",
 }
 
 
@@ -44,10 +44,10 @@ def format_summary(
     Examples:
         >>> m = {"method": "coca", "dataset": "mnist5k", "knn_top1_backbone": 91.234,
         ...      "epochs_trained": 8, "train_time_s": 201.0, "best_checkpoint": "last"}
-        >>> print(format_summary(m, Path("runs/x"), "kNN", {"top1": "knn_top1_backbone"}, {}))
+        >>> print(format_summary(m, Path("runs/x"), "kNN top-1", {"top1": "knn_top1_backbone"}, {}))
         <BLANKLINE>
         coca on mnist5k: runs/x
-          top-1 (kNN)  91.23
+          kNN top-1  91.23
           trained 8 epochs in 3.4 min; evaluated checkpoint: last
           every metric: runs/x/metrics.json; figures: runs/x/figures/
     """
