@@ -42,13 +42,7 @@ if TYPE_CHECKING:  # imported when a run starts (they import torch and Lightning
     from selfcaps.methods import CapsuleMethod
     from selfcaps.methods.datamodule import SelfcapsDataModule
 
-__all__ = [
-    "add_run_arguments",
-    "cmd_pretrain",
-    "cmd_run",
-    "prepare_run",
-    "resolve_data_root",
-]
+__all__ = ["add_run_arguments", "cmd_pretrain", "cmd_run", "prepare_run", "resolve_data_root"]
 
 #: Generic flags of ``run`` / ``pretrain`` and the configuration key each sets.
 _FLAG_KEYS = {
@@ -310,7 +304,9 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
     _check_inputs(method, dm)
-    (made if made is not None else []).extend(make_run_dir(out))
+    created = make_run_dir(out)  # only now: everything above can fail without a trace
+    if made is not None:
+        made.extend(created)
     resume_epoch = None
     if ckpt is not None:
         resume_epoch = int(load_checkpoint(ckpt)["epoch"]) + 1
