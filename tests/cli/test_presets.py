@@ -35,7 +35,7 @@ def test_extends_changes_only_what_the_child_sets():
 def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
     files = {"base.yaml": "", "m_a.yaml": "extends: b\n", "m_b.yaml": "extends: a\n"}
     files["m_c.yaml"] = "extends: nope\n"
-    monkeypatch.setattr(config, "_config_text", files.__getitem__)
+    monkeypatch.setattr(config, "config_text", files.__getitem__)
     monkeypatch.setattr(config, "list_presets", lambda method=None: {"m": ["a", "b", "c"]})
     with pytest.raises(ConfigError, match=r"configs/m_b.yaml: extends 'a'"):
         load_config("m", "a")

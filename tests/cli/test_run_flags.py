@@ -5,12 +5,11 @@ import pytest
 from selfcaps.cli.config import ConfigError
 from selfcaps.cli.main import build_parser
 from selfcaps.cli.run import _overrides_from_args
-from selfcaps.methods import get_method
 
 
 def _overrides(*argv: str) -> list:
     args = build_parser().parse_args(["run", *argv])
-    return _overrides_from_args(args, get_method(args.method))
+    return _overrides_from_args(args, args.method)
 
 
 @pytest.mark.parametrize(

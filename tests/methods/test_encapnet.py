@@ -9,7 +9,8 @@ import torch
 from selfcaps.cli.config import load_config
 from selfcaps.eval import count_flops, count_parameters
 from selfcaps.methods import get_method
-from selfcaps.methods.encapnet import EncapNetMethod, on_off
+from selfcaps.methods.encapnet import EncapNetMethod
+from selfcaps.methods.flags import METHOD_FLAGS, on_off
 
 # A small EncapNet on 28x28 digits: 8 capsule types, modules at 14x14 and 7x7.
 SMALL = [
@@ -33,7 +34,7 @@ def _method(*overrides, seed=0):
 def test_registered_with_cli_flags():
     assert get_method("encapnet") is EncapNetMethod
     assert EncapNetMethod.monitor_metric == ("val_top1", "max")
-    assert EncapNetMethod.cli_flags["--variant"].choices == ("master", "master_aide")
+    assert METHOD_FLAGS["encapnet"]["--variant"].choices == ("master", "master_aide")
     assert on_off("on") is True and on_off("OFF") is False
     with pytest.raises(argparse.ArgumentTypeError):
         on_off("maybe")

@@ -10,8 +10,9 @@ from selfcaps.models.poe import PoECapsNet, RoutedCaps, TiedConvAutoencoder
 
 
 def test_registry_sizes_and_parameter_count():
-    assert "poe_capsnet" in selfcaps.list_models()
-    net = selfcaps.create_model("poe_capsnet")
+    assert "poe" in selfcaps.list_models() and "poe_capsnet" not in selfcaps.list_models()
+    assert type(selfcaps.create_model("poe_capsnet")) is PoECapsNet  # the former name still works
+    net = selfcaps.create_model("poe")
     assert net.num_primary == 576 and net.num_features == 320
     ae = 128 * 1 * 81 + 128 + 128 * 128 * 81 + 128 + 128 + 1  # two convs, two decoder biases
     caps = 2 * 576 * 20 * 16 * 8  # W and U

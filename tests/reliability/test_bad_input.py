@@ -145,7 +145,7 @@ def test_config_yaml_cannot_construct_objects(tmp_path, capsys):
 def test_atomic_write_on_full_disk_keeps_previous_file(tmp_path, monkeypatch):
     import errno
 
-    import selfcaps.methods.io as io_mod
+    import selfcaps.methods.atomic as io_mod
 
     target = tmp_path / "metrics.json"
     target.write_text("good")

@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, default_preset
 from selfcaps.cli.provenance import git_commit
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.io import atomic_write_text
+from selfcaps.methods.atomic import atomic_write_text
 
 __all__ = [
     "BenchRow",
@@ -256,6 +254,8 @@ def _fmt(v: Any) -> str:
 
 def environment() -> dict[str, str]:
     """The selfcaps version, git commit, torch, device, Python and date of a report."""
+    import torch
+
     commit = git_commit()
     device = (
         torch.cuda.get_device_name(0)

@@ -11,23 +11,23 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Iterable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from selfcaps.cli.presets import config_text, default_preset, list_presets
+
 __all__ = [
     "ConfigError",
+    "default_preset",
     "flat_keys",
     "list_presets",
     "load_config",
     "load_yaml",
     "parse_overrides",
 ]
-
-_CONFIG_PACKAGE = "selfcaps.configs"
 
 
 class ConfigError(ValueError):
@@ -56,38 +56,6 @@ def load_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a YAML mapping, got {type(data).__name__}")
     return data
-
-
-def _config_text(name: str) -> str:
-    return resources.files(_CONFIG_PACKAGE).joinpath(name).read_text()
-
-
-def list_presets(method: str | None = None) -> dict[str, list[str]]:
-    """Shipped presets by method: ``{"coca": ["paper", "quick", ...], ...}``.
-
-    Args:
-        method: Restrict to one method.
-    """
-    out: dict[str, list[str]] = {}
-    for entry in resources.files(_CONFIG_PACKAGE).iterdir():
-        name = entry.name
-        if not name.endswith(".yaml") or name == "base.yaml" or "_" not in name:
-            continue
-        m, preset = name[: -len(".yaml")].split("_", 1)
-        if method is None or m == method:
-            out.setdefault(m, []).append(preset)
-    return {k: sorted(v) for k, v in sorted(out.items())}
-
-
-def default_preset(method: str, dataset: str | None) -> str:
-    """``quick_<dataset>`` if the method ships that preset (``coca_quick_cifar10``), else ``quick``.
-
-    Examples:
-        >>> default_preset("coca", "cifar10"), default_preset("coca", "svhn")
-        ('quick_cifar10', 'quick')
-    """
-    special = f"quick_{dataset}"
-    return special if dataset and special in list_presets(method).get(method, []) else "quick"
 
 
 def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
@@ -216,11 +184,11 @@ def load_config(
             f"unknown preset {preset!r} for {method}.{_closest(preset, presets[method])} "
             f"Valid presets: {', '.join(presets[method])}"
         )
-    layers = [load_yaml("configs/base.yaml", _config_text("base.yaml"))]
+    layers = [load_yaml("configs/base.yaml", config_text("base.yaml"))]
     chain = [preset]
     while True:  # a preset may build on another of the same method: `extends: quick`
         name = f"{method}_{chain[-1]}.yaml"
-        layer = load_yaml(f"configs/{name}", _config_text(name))
+        layer = load_yaml(f"configs/{name}", config_text(name))
         parent = layer.pop("extends", None)
         layers.insert(1, layer)
         if parent is None:

@@ -18,31 +18,30 @@ import shutil
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from selfcaps import __version__
+from selfcaps._names import unknown_name_error
+from selfcaps.cli.catalog import check_dataset_name
 from selfcaps.cli.config import (
     ConfigError,
     default_preset,
+    list_presets,
     load_config,
     load_yaml,
     parse_overrides,
 )
 from selfcaps.cli.provenance import git_commit
+from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.cli.validate import validate_config
-from selfcaps.methods import CapsuleMethod, CliFlag, get_method, list_methods
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.engine import LastCheckpoint, build_trainer
-from selfcaps.methods.io import (
-    atomic_write_json,
-    atomic_write_yaml,
-    check_writable,
-    load_checkpoint,
-    save_weights,
-)
+from selfcaps.methods import get_method, list_methods
+from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
+
+if TYPE_CHECKING:  # imported when a run starts (they import torch and Lightning)
+    from selfcaps.methods import CapsuleMethod
+    from selfcaps.methods.datamodule import SelfcapsDataModule
 
 __all__ = ["add_run_arguments", "cmd_pretrain", "cmd_run", "prepare_run", "resolve_data_root"]
 
@@ -71,17 +70,26 @@ _SWITCH_KEYS = {
 }
 
 
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by ``run`` and ``pretrain`` (and every method's own flags)."""
-    p.add_argument("method", help=f"one of: {', '.join(list_methods())}")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> None:
+    """Flags of ``run`` and ``pretrain``: the generic ones and ``method``'s own.
+
+    Args:
+        p: The subcommand's parser.
+        method: The method named on the command line. Its flags are shown in ``--help``;
+            other methods' flags are accepted but hidden, so that using one names its
+            owner (``--pretrain-epochs is an option of mcae, not of coca``). Without a
+            method, the help lists which method has which flags.
+    """
+    p.usage = f"selfcaps {p.prog.split()[-1]} METHOD [key=value ...] [options]"
+    p.add_argument("method", metavar="METHOD", help=f"one of: {', '.join(list_methods())}")
+    p.set_defaults(overrides=[])  # key=value pairs are collected by main(), anywhere on the line
     p.add_argument(
         "--preset",
         help="YAML preset (default: quick_<data> if the method has one for --data, else quick)",
     )
     p.add_argument("--out", type=Path, help="run directory (default runs/<method>/<data>/<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from last.ckpt")
-    p.add_argument("--data", help="dataset name (default: the preset's)")
+    p.add_argument("--data", help="dataset name (default: the preset's; see `selfcaps list`)")
     p.add_argument("--data-root", help="dataset root (default: $SELFCAPS_DATA, else ./data)")
     p.add_argument("--max-time", type=float, metavar="MIN", help="training budget in minutes")
     p.add_argument("--epochs", type=int)
@@ -103,29 +111,32 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="skip steps with a non-finite loss or gradient instead of stopping",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for flag, specs in _method_flags().items():
-        if len(specs) == 1:
-            spec = specs[0][1]
-            p.add_argument(
-                flag, type=spec.type, choices=spec.choices, help=f"{spec.help} (sets {spec.key})"
-            )
-        else:  # several methods share the flag: choices are checked per method after parsing
-            p.add_argument(
-                flag,
-                help="; ".join(
-                    f"{name}: {spec.help}"
-                    + (f" {{{','.join(map(str, spec.choices))}}}" if spec.choices else "")
-                    + f" (sets {spec.key})"
-                    for name, spec in specs
-                ),
-            )
+    own = METHOD_FLAGS.get(method or "", {})
+    if own:
+        group = p.add_argument_group(f"options of {method}")
+        for flag, spec in own.items():
+            choices = f" {{{','.join(spec.choices)}}}" if spec.choices else ""
+            group.add_argument(flag, help=f"{spec.help}{choices} (sets {spec.key})")
+    for flag in _method_flags():  # typed and range-checked per method after parsing
+        if flag not in own:
+            p.add_argument(flag, help=argparse.SUPPRESS)
+    if method is None:
+        p.epilog = "method options (see `selfcaps run METHOD --help`): " + "; ".join(
+            f"{name}: {', '.join(flags) or 'none'}" for name, flags in METHOD_FLAGS.items()
+        )
+    else:
+        p.epilog = (
+            f"presets of {method}: {', '.join(list_presets(method).get(method, []))}. "
+            "Any configuration key can be set as key=value (e.g. optim.lr=3e-4); "
+            "an unknown key is refused with the valid ones listed."
+        )
 
 
 def _method_flags() -> dict[str, list[tuple[str, CliFlag]]]:
     """Every method-specific flag with the (method name, spec) pairs that declare it."""
     by_flag: dict[str, list[tuple[str, CliFlag]]] = {}
-    for name in list_methods():
-        for flag, spec in get_method(name).cli_flags.items():
+    for name, flags in sorted(METHOD_FLAGS.items()):
+        for flag, spec in flags.items():
             by_flag.setdefault(flag, []).append((name, spec))
     return by_flag
 
@@ -141,9 +152,7 @@ def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str
     return "./data", "default (./data)"
 
 
-def _overrides_from_args(
-    args: argparse.Namespace, method: type[CapsuleMethod]
-) -> list[tuple[str, Any]]:
+def _overrides_from_args(args: argparse.Namespace, method: str) -> list[tuple[str, Any]]:
     pairs: list[tuple[str, Any]] = []
     for attr, key in _FLAG_KEYS.items():
         value = getattr(args, attr, None)
@@ -152,22 +161,22 @@ def _overrides_from_args(
     for attr, key in _SWITCH_KEYS.items():
         if getattr(args, attr, False):
             pairs.append((key, attr != "no_progress"))
-    known = method.cli_flags
+    known = METHOD_FLAGS[method]
     for flag, specs in _method_flags().items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is not None:
             if flag not in known:
                 owners = " and ".join(name for name, _ in specs)
-                raise ConfigError(f"{flag} is an option of {owners}, not of {method.name}")
+                raise ConfigError(f"{flag} is an option of {owners}, not of {method}")
             own = known[flag]
             if isinstance(value, str):  # a shared flag: argparse left the typing to us
                 try:
                     value = own.type(value)
                 except (ValueError, argparse.ArgumentTypeError) as e:
-                    raise ConfigError(f"{flag} of {method.name}: {e}") from None
+                    raise ConfigError(f"{flag} of {method}: {e}") from None
             if own.choices and value not in own.choices:
                 raise ConfigError(
-                    f"{flag} of {method.name}: expected one of {', '.join(map(str, own.choices))}, "
+                    f"{flag} of {method}: expected one of {', '.join(map(str, own.choices))}, "
                     f"got {value!r}"
                 )
             pairs.append((own.key, value))
@@ -186,8 +195,15 @@ def _default_out(cfg: DictConfig) -> Path:
 
 
 def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None, str]:
-    """Resolve the configuration, run directory, checkpoint to resume from and data-root source."""
-    method = get_method(args.method)
+    """Resolve the configuration, run directory, checkpoint to resume from and data-root source.
+
+    Everything that can be checked without torch (method, preset, keys, values of the
+    shared keys, dataset name, output location) is checked first, in well under a second;
+    then the method's own checks import it. Nothing is written.
+    """
+    name = args.method
+    if name not in list_methods():
+        raise unknown_name_error("method", name, list_methods())
     if args.resume:
         if args.out is None:
             raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
@@ -195,8 +211,8 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         if not saved.is_file():
             raise ConfigError(f"--resume: {saved} does not exist")
         cfg = OmegaConf.create(load_yaml(saved))
-        if cfg.method != method.name:
-            raise ConfigError(f"--resume: {args.out} is a {cfg.method} run, not {method.name}")
+        if cfg.method != name:
+            raise ConfigError(f"--resume: {args.out} is a {cfg.method} run, not {name}")
         last = args.out / "checkpoints" / "last.ckpt"
         ckpt = last if last.is_file() else None
         # A resumed run may get a new budget; nothing else may change.
@@ -204,13 +220,11 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
             if getattr(args, key) is not None:
                 cfg.trainer[key] = getattr(args, key)
         return cfg, args.out, ckpt, f"{saved} (data.root)"
-    preset = args.preset or default_preset(method.name, args.data)
-    cfg = load_config(
-        method.name, preset, _overrides_from_args(args, method), methods=list_methods()
-    )
+    preset = args.preset or default_preset(name, args.data)
+    cfg = load_config(name, preset, _overrides_from_args(args, name), methods=list_methods())
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)
-    method.validate_config(cfg)
+    check_dataset_name(str(cfg.data.name))
     out = args.out or _default_out(cfg)
     torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SELFCAPS_OUT")
     if args.out is None and torchrun:
@@ -221,6 +235,8 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         raise ConfigError(
             f"{out} already holds a run; use --resume to continue it or another --out"
         )
+    can_create(out)
+    get_method(name).validate_config(cfg)  # imports the method (torch, Lightning)
     return cfg, out, None, source
 
 
@@ -230,6 +246,8 @@ def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
     A model that cannot take the data's image size or channels fails now, with
     expected vs got, not after the data has been loaded and an epoch has run.
     """
+    import torch
+
     _, eval_tf = method.build_transforms()
     ds = dm.split("val")
     x = torch.stack([eval_tf(ds[i][0]) for i in range(min(2, len(ds)))])
@@ -247,25 +265,37 @@ def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
         method.train(was)
 
 
-def _print_table(title: str, metrics: dict[str, Any]) -> None:
-    width = max(len(k) for k in metrics)
-    print(f"\n{title}")
-    print("-" * (width + 14))
-    for k, v in metrics.items():
-        val = f"{v:10.4g}" if isinstance(v, float) else f"{v!s:>10}"
-        print(f"{k:<{width}}  {val}")
-    print("-" * (width + 14))
+def _print_summary(metrics: dict[str, Any], out: Path) -> None:
+    """The end-of-run summary: the method's headline numbers and where the files are."""
+    from selfcaps.cli.summary import format_summary
+
+    cls = get_method(str(metrics["method"]))
+    print(format_summary(metrics, out, cls.bench_protocol, cls.bench_keys, cls.bench_notes))
 
 
-def train(args: argparse.Namespace, evaluate: bool) -> int:
-    """Shared body of ``run`` (evaluate=True) and ``pretrain`` (evaluate=False)."""
+def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = None) -> int:
+    """Shared body of ``run`` (evaluate=True) and ``pretrain`` (evaluate=False).
+
+    The run directory is created only once the data is loaded and the network takes
+    it; the directories created are appended to ``made`` (for :func:`remove_if_empty`).
+    """
     cfg, out, ckpt, root_source = prepare_run(args)
+    import lightning as L
+    import torch
+
+    from selfcaps.eval.progress import note, set_progress
+    from selfcaps.methods.datamodule import SelfcapsDataModule
+    from selfcaps.methods.engine import build_trainer
+    from selfcaps.methods.io import (
+        atomic_write_json,
+        atomic_write_yaml,
+        load_checkpoint,
+        save_weights,
+    )
+
     if cfg.trainer.threads:
         torch.set_num_threads(int(cfg.trainer.threads))
-    check_writable(out)
     os.environ["SELFCAPS_OUT"] = str(out)  # inherited by DDP processes started by Lightning
-    import lightning as L
-
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     method_cls = get_method(cfg.method)
     method = method_cls(cfg)
@@ -274,6 +304,9 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
     _check_inputs(method, dm)
+    created = make_run_dir(out)  # only now: everything above can fail without a trace
+    if made is not None:
+        made.extend(created)
     resume_epoch, batches = None, 0
     if ckpt is not None:
         saved = load_checkpoint(ckpt)  # an older checkpoint without "resume_at": an epoch end
@@ -330,8 +363,11 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         if getattr(cb, "monitor", None) == metric and cb.best_model_score is not None:
             metrics[f"best_{metric}"] = float(cb.best_model_score)
     method.eval()
+    set_progress(bool(method.cfg.trainer.progress_bar))
     if evaluate:
+        note(f"final evaluation of {method.name} on the test split ({method.bench_protocol})")
         metrics.update(method.evaluate(dm))
+        note("evaluation done; writing weights, metrics and figures")
     save_weights(
         out / "model.safetensors",
         method.network.state_dict(),
@@ -339,7 +375,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     )
     atomic_write_json(out / "metrics.json", metrics)
     _write_figures(method, dm, out)
-    _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
+    _print_summary(metrics, out)
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))
     return 0
@@ -347,6 +383,8 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
 
 def _budget_metrics(trainer: Any, cfg: DictConfig) -> dict[str, Any]:
     """``stopped_by``, ``epochs_planned`` and ``epochs_trained`` (whole epochs) of a training."""
+    from selfcaps.methods.engine import LastCheckpoint
+
     planned = int(cfg.trainer.epochs)
     cb = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     if cb is None or planned == 0:  # no training phase
@@ -434,11 +472,21 @@ def _write_figures(method: CapsuleMethod, dm: SelfcapsDataModule, out: Path) -> 
         render_figure(spec, figs / f"{stem}.png")
 
 
+def _train_or_clean_up(args: argparse.Namespace, evaluate: bool) -> int:
+    """:func:`train`; a failed run removes the directories it created if it left them empty."""
+    made: list[Path] = []
+    try:
+        return train(args, evaluate, made)
+    except BaseException:
+        remove_if_empty(made)
+        raise
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``selfcaps run``: pretrain, evaluate with the method's protocol, write the run directory."""
-    return train(args, evaluate=True)
+    return _train_or_clean_up(args, evaluate=True)
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     """``selfcaps pretrain``: train and write checkpoints and weights, no final evaluation."""
-    return train(args, evaluate=False)
+    return _train_or_clean_up(args, evaluate=False)

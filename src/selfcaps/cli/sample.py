@@ -13,12 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
 from selfcaps.cli.config import ConfigError, load_yaml
-from selfcaps.methods.figures import ImageGrid
-from selfcaps.methods.io import load_weights
-from selfcaps.models import create_model
 
 __all__ = ["add_sample_arguments", "cmd_sample"]
 
@@ -46,6 +41,11 @@ def _run_default(run_dir: Path, key: str, fallback: int) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """Write the sample grid of a PoE run."""
+    import torch
+
+    from selfcaps.methods.figures import capsule_columns
+    from selfcaps.methods.io import load_weights
+    from selfcaps.models import create_model
     from selfcaps.viz import render_figure
 
     tensors, config = load_weights(args.run_dir / "model.safetensors")
@@ -64,6 +64,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         grid = net.sample_grid(rows, seed, restricted=args.restricted)  # type: ignore[operator]
     stem = "samples_restricted" if args.restricted else "samples"
     out = args.out or args.run_dir / "figures" / f"{stem}.png"
-    render_figure(ImageGrid(grid, nrow=int(net.num_caps)), out)  # type: ignore[arg-type]
+    what = "restricted-domain samples" if args.restricted else "samples"
+    render_figure(capsule_columns(grid, int(net.num_caps), what), out)  # type: ignore[arg-type]
     print(f"{out}: {rows} samples x {net.num_caps} capsules (seed {seed})")
     return 0

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from selfcaps.eval._loaders import Data, as_loader, images_and_targets
 from selfcaps.eval.metrics import topk_correct
+from selfcaps.eval.progress import RunProgressBar
 
 __all__ = ["FinetuneModule", "finetune"]
 
@@ -260,6 +261,7 @@ def finetune(
         "enable_checkpointing": False,
         "logger": False,
         "enable_progress_bar": progress_bar,
+        "callbacks": [RunProgressBar()] if progress_bar else [],
         "enable_model_summary": False,
         "num_sanity_val_steps": 0,
         "deterministic": deterministic,

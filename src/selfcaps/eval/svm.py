@@ -19,6 +19,7 @@ from torch import Tensor
 
 from selfcaps.eval._checks import check_features, check_positive
 from selfcaps.eval.metrics import accuracy_from_predictions, topk_accuracy
+from selfcaps.eval.progress import note
 
 __all__ = ["svm_probe"]
 
@@ -86,6 +87,7 @@ def svm_probe(
         if max_train < len(y):
             x, _, y, _ = train_test_split(x, y, train_size=max_train, stratify=y, random_state=seed)
     svc = SVC(kernel=kernel, C=C, gamma=gamma, decision_function_shape="ovr", **svc_kwargs)
+    note(f"fitting an {kernel} SVM on {len(y)} feature vectors of {x.shape[1]} dimensions")
     svc.fit(x, y)
     scores = svc.decision_function(x_test)
     if scores.ndim == 1:  # two classes: one column, positive means classes_[1]

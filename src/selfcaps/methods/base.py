@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,22 +28,13 @@ from selfcaps.eval import knn_evaluate
 from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.flags import CliFlag
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
 
 
 class NonFiniteError(FloatingPointError):
     """A loss or gradient that is NaN or infinite; the message names the step and quantity."""
-
-
-@dataclass(frozen=True)
-class CliFlag:
-    """A method-specific command-line flag that sets a configuration key."""
-
-    key: str
-    type: type
-    help: str
-    choices: tuple[str, ...] | None = None
 
 
 def build_optimizer(
@@ -106,8 +96,6 @@ class CapsuleMethod(L.LightningModule):
     #: Whether validation runs the online kNN monitor. ``False``: the validation loaders are
     #: ``[val]`` only (no feature bank) and the method logs its own ``monitor_metric``.
     knn_monitor: ClassVar[bool] = True
-    #: Method-specific flags of ``selfcaps run`` (``--variant`` ...).
-    cli_flags: ClassVar[dict[str, CliFlag]] = {}
     #: What ``selfcaps bench`` reports for this method: the protocol's name and the
     #: metrics.json keys of top-1, top-5 and the pixel / random-init baselines (None: n/a).
     bench_protocol: ClassVar[str] = "kNN"
@@ -392,12 +380,15 @@ class CapsuleMethod(L.LightningModule):
         sim = F.normalize(q_f, dim=1) @ F.normalize(b_f, dim=1).t()
         nn_idx = sim.topk(min(k, len(b_idx)), dim=1).indices
         rows = [torch.cat([q_img[i : i + 1], b_img[nn_idx[i]]]) for i in range(len(q_idx))]
+        k = nn_idx.shape[1]
         return ImageGrid(
             torch.cat(rows),
-            nrow=nn_idx.shape[1] + 1,
-            title=(
-                f"test image | {nn_idx.shape[1]} nearest training images ({self.monitor_feature})"
-            ),
+            nrow=k + 1,
+            title=f"test images (framed) and their {k} nearest training images "
+            f"({self.monitor_feature} feature)",
+            col_labels=["query", *(str(j + 1) for j in range(k))],
+            xlabel="nearest training images, most similar first",
+            highlight_col=0,
         )
 
     # --------------------------------------------------------- checkpointed state

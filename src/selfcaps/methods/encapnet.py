@@ -34,7 +34,6 @@ networks use their class activations as scores.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any, ClassVar
 
 import torch
@@ -46,7 +45,7 @@ from torchvision.transforms import v2
 from selfcaps.caps import caps_length
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
-from selfcaps.methods.base import CapsuleMethod, CliFlag
+from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.models import create_model
 
@@ -63,14 +62,6 @@ _OTHER_NETWORKS: dict[str, tuple[str, ...]] = {
     "table1_encapnet_master_aide": ("num_caps", "coefficients"),
 }
 _ENCAPNETS = ("encapnet", "encapnet18")
-
-
-def on_off(value: str) -> bool:
-    """``--ot on|off`` as a boolean."""
-    v = value.strip().lower()
-    if v not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"expected on or off, got {value!r}")
-    return v == "on"
 
 
 class EncapNetMethod(CapsuleMethod):
@@ -116,10 +107,6 @@ class EncapNetMethod(CapsuleMethod):
             ),
         ),
     )
-    cli_flags: ClassVar[dict[str, CliFlag]] = {
-        "--variant": CliFlag("model.variant", str, "EncapNet capConvs", ("master", "master_aide")),
-        "--ot": CliFlag("loss.ot", on_off, "feedback agreement units: on|off"),
-    }
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -24,6 +24,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch import Tensor
 
+from selfcaps.eval.progress import RunProgressBar
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
 
 __all__ = [
@@ -349,6 +350,8 @@ def build_trainer(
                 save_on_train_epoch_end=False,
             )
         )
+    if t.progress_bar:
+        cbs.append(RunProgressBar())  # epoch total, stage, validation inline
     cbs += callbacks or []
     return L.Trainer(
         default_root_dir=str(run_dir),

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from selfcaps.eval import knn_evaluate
+from selfcaps.eval.progress import progress
 
 __all__ = ["collect_features", "knn_metrics"]
 
@@ -34,7 +35,8 @@ def collect_features(
     feats: dict[str, list[Tensor]] = {k: [] for k in kinds}
     labels = []
     try:
-        for x, y in loader:
+        n = len(getattr(loader, "dataset", ()))
+        for x, y in progress(loader, f"features of {n} images" if n else "features"):
             out = fn(x.to(device))
             for k in kinds:
                 feats[k].append(out[k].flatten(1).float().cpu())

@@ -1,30 +1,32 @@
 """Files a run writes and reads: atomic writes, safe checkpoint loading, weights + config.
 
-Every file of a run directory is written to a temporary file in the same
-directory, flushed to disk and then renamed over the target (``os.replace`` is
-atomic on POSIX), so a crash or a full disk mid-write leaves the previous good
-file (or no file), never a truncated one. Checkpoints are loaded with
+Every file is written atomically, with the permissions ``open()`` would give it
+(:mod:`selfcaps.methods.atomic`, re-exported here). Checkpoints are loaded with
 ``torch.load(weights_only=True)``: a checkpoint crafted to run code when
 unpickled is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import pickle
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import save as safetensors_save
+
+from selfcaps.methods.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    atomic_write_yaml,
+    check_writable,
+)
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -32,6 +34,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "atomic_write_yaml",
     "check_writable",
     "load_checkpoint",
     "load_weights",
@@ -41,67 +44,6 @@ __all__ = [
 
 class CheckpointError(RuntimeError):
     """A checkpoint or weights file that cannot (or must not) be loaded; names the file."""
-
-
-def check_writable(directory: Path) -> None:
-    """Fail early, with a clear message, if ``directory`` cannot be created or written.
-
-    Args:
-        directory: The directory a run will write.
-
-    Raises:
-        PermissionError / OSError: With the directory named in the message.
-    """
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        raise type(e)(
-            e.errno, f"cannot write the output directory {directory}: {e.strerror}"
-        ) from e
-
-
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename).
-
-    On any error (e.g. the disk is full) the temporary file is removed and the
-    previous content of ``path``, if any, is left untouched.
-
-    Args:
-        path: Target file.
-        data: Content.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise type(e)(e.errno, f"could not write {path}: {e.strerror}") from e
-        raise
-
-
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write text atomically (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_json(path: Path | str, obj: Any) -> None:
-    """Write JSON atomically, refusing NaN and infinity (they are not valid JSON)."""
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
-
-
-def atomic_write_yaml(path: Path | str, obj: Any) -> None:
-    """Write YAML atomically (``yaml.safe_dump``: plain data only)."""
-    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
 
 
 def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, Any]:

@@ -48,7 +48,7 @@ from torchvision.transforms import v2
 
 from selfcaps.data import EvalTransform
 from selfcaps.eval import finetune
-from selfcaps.methods.base import CapsuleMethod, CliFlag, build_optimizer
+from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.engine import RunCSVLogger
@@ -155,14 +155,6 @@ class MCAE(CapsuleMethod):
             ),
         ),
     )
-    cli_flags: ClassVar[dict[str, CliFlag]] = {
-        "--pretrain-epochs": CliFlag(
-            "trainer.epochs", int, "MCAE pretraining epochs (0: no pretraining)"
-        ),
-        "--finetune-epochs": CliFlag("eval.finetune_epochs", int, "MCAE finetuning epochs"),
-        "--mask-ratio": CliFlag("model.mask_ratio", float, "MCAE fraction of masked patches"),
-        "--backbone": CliFlag("model.backbone", str, "MCAE backbone", ("convmixer", "vit")),
-    }
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -103,10 +103,11 @@ from torch.utils.data import DataLoader
 
 from selfcaps.caps import squash
 from selfcaps.data import EvalTransform
+from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
-from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
 from selfcaps.models import create_model
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
@@ -671,7 +672,7 @@ class PoE(CapsuleMethod):
             loader = DataLoader(data, batch_size=int(j.batch_size), shuffle=True, generator=g)
             judge.train()
             with torch.enable_grad():
-                for _ in range(int(j.epochs)):
+                for _ in progress(range(int(j.epochs)), "training the judging CNN (epochs)"):
                     for x, y in loader:
                         loss = F.cross_entropy(judge(x.to(self.device)), y.to(self.device))
                         opt.zero_grad(set_to_none=True)
@@ -691,7 +692,7 @@ class PoE(CapsuleMethod):
         n, seed = int(self.cfg.samples.per_capsule), int(self.cfg.samples.seed)
         draws = net.draws(n, torch.Generator().manual_seed(mix_seed(seed, 0xD4A)), restricted)
         purities, classes = [], []
-        for j in range(net.num_caps):
+        for j in progress(range(net.num_caps), f"judging {n} samples per capsule{suffix}"):
             preds = torch.cat(
                 [
                     judge(net.generate(j, chunk.to(self.device))).argmax(1).cpu()
@@ -715,11 +716,15 @@ class PoE(CapsuleMethod):
         """Samples per capsule (Fig. 2), restricted-domain samples, reconstructions."""
         net, s = self.poe, self.cfg.samples
         figs: dict[str, Figure] = {
-            "samples": ImageGrid(net.sample_grid(int(s.rows), int(s.seed)), nrow=net.num_caps)
+            "samples": capsule_columns(
+                net.sample_grid(int(s.rows), int(s.seed)), net.num_caps, "samples"
+            )
         }
         if bool((net.hemisphere != 0).any()):
             grid = net.sample_grid(int(s.rows), int(s.seed), restricted=True)
-            figs["samples_restricted"] = ImageGrid(grid, nrow=net.num_caps)
+            figs["samples_restricted"] = capsule_columns(
+                grid, net.num_caps, "restricted-domain samples"
+            )
         test = dm.eval_loader("test").dataset  # 10 images spread over the (maybe sorted) split
         picks = torch.linspace(0, len(test) - 1, min(10, len(test))).long().tolist()
         x = torch.stack([test[i][0] for i in picks]).to(self.device)

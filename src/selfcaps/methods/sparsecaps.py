@@ -55,7 +55,7 @@ from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
 from selfcaps.data.affine import place_in_canvas
 from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
-from selfcaps.methods.base import CapsuleMethod, CliFlag
+from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
@@ -163,14 +163,6 @@ class SparseCaps(CapsuleMethod):
             ),
         ),
     )
-    cli_flags: ClassVar[dict[str, CliFlag]] = {
-        "--variant": CliFlag(
-            "model.variant",
-            str,
-            "SparseCaps variant: sparse (the method), dense (no mask), supervised (CapsNet)",
-            VARIANTS,
-        )
-    }
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

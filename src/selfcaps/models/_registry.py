@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torch import nn
 
-__all__ = ["create_model", "list_models", "register_model", "unknown_name_error"]
+from selfcaps._names import unknown_name_error
+
+__all__ = [
+    "create_model",
+    "list_models",
+    "register_alias",
+    "register_model",
+    "unknown_name_error",
+]
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
+#: Former names that still build their model (``poe_capsnet`` -> ``poe``); not listed.
+_ALIASES: dict[str, str] = {}
 F = TypeVar("F", bound=Callable[..., nn.Module])
-
-
-def unknown_name_error(kind: str, name: str, choices: list[str]) -> ValueError:
-    """A ``ValueError`` naming an unknown ``kind``, the valid choices and the closest match.
-
-    Args:
-        kind: What was looked up ("model", "dataset", ...).
-        name: The unknown name.
-        choices: The valid names.
-
-    Returns:
-        The error, to be raised by the caller.
-    """
-    close = difflib.get_close_matches(name, choices, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ValueError(f"unknown {kind} {name!r}.{hint} Valid choices: {', '.join(sorted(choices))}")
 
 
 def register_model(fn: F) -> F:
@@ -44,6 +37,20 @@ def register_model(fn: F) -> F:
         raise ValueError(f"model {fn.__name__!r} is already registered")
     _MODELS[fn.__name__] = fn
     return fn
+
+
+def register_alias(alias: str, name: str) -> None:
+    """Let ``create_model(alias)`` build the registered model ``name`` (e.g. a former name).
+
+    Args:
+        alias: The extra name; :func:`list_models` does not show it.
+        name: A registered model.
+    """
+    if name not in _MODELS:
+        raise ValueError(f"cannot alias {alias!r} to {name!r}: no model {name!r} is registered")
+    if alias in _MODELS or alias in _ALIASES:
+        raise ValueError(f"model {alias!r} is already registered")
+    _ALIASES[alias] = name
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -66,7 +73,7 @@ def create_model(name: str, **kwargs: Any) -> nn.Module:
     """Build a registered model by name.
 
     Args:
-        name: A name from :func:`list_models`.
+        name: A name from :func:`list_models` (or a former name, see :func:`register_alias`).
         **kwargs: Passed to the model's constructor.
 
     Returns:
@@ -75,6 +82,7 @@ def create_model(name: str, **kwargs: Any) -> nn.Module:
     Raises:
         ValueError: For an unknown name (the message lists the valid ones).
     """
+    name = _ALIASES.get(name, name)
     if name not in _MODELS:
         raise unknown_name_error("model", name, list(_MODELS))
     return _MODELS[name](**kwargs)

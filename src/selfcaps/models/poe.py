@@ -46,9 +46,9 @@ from torch import Tensor, nn
 
 from selfcaps.caps import DenseCaps, dynamic_routing, squash, unsquash
 from selfcaps.caps.routing import Agreement, Normalize
-from selfcaps.models._registry import register_model
+from selfcaps.models._registry import register_alias, register_model
 
-__all__ = ["PoECapsNet", "RoutedCaps", "TiedConvAutoencoder", "poe_capsnet"]
+__all__ = ["PoECapsNet", "RoutedCaps", "TiedConvAutoencoder", "poe"]
 
 
 class TiedConvAutoencoder(nn.Module):
@@ -392,10 +392,16 @@ class PoECapsNet(nn.Module):
 
 
 @register_model
-def poe_capsnet(**kwargs: object) -> PoECapsNet:
+def poe(**kwargs: object) -> PoECapsNet:
     """Hauser's PoE capsule network with the paper's sizes (576 x 8-D -> 20 x 16-D).
+
+    Named as the method (``selfcaps run poe``); ``poe_capsnet``, its former name, still
+    builds it (run directories written before the rename name it in ``config.json``).
 
     Args:
         **kwargs: Overrides of :class:`PoECapsNet`'s arguments.
     """
     return PoECapsNet(**kwargs)  # type: ignore[arg-type]
+
+
+register_alias("poe_capsnet", "poe")

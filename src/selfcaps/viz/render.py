@@ -8,29 +8,55 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from selfcaps.methods.figures import BarPlot, Figure, ImageGrid, LinePlot
-from selfcaps.viz.images import save_figure, save_image_grid
+from selfcaps.viz.images import save_figure
 
 __all__ = ["render_figure"]
 
 
-def _labelled_grid(spec: ImageGrid, out: Path) -> None:
+#: Largest size a grid is enlarged to, in pixels, and how far its images are enlarged at most.
+MAX_GRID_WIDTH = 1400
+MAX_GRID_HEIGHT = 1000
+MAX_ZOOM = 3.0
+_DPI = 100
+
+
+def _grid_figure(spec: ImageGrid, out: Path) -> None:
+    """A titled grid, enlarged (at most 3x) to fit 1400 x 1000 pixels, labels at the sides."""
+    from matplotlib.patches import Rectangle
     from torchvision.utils import make_grid
 
+    pad = 2
     grid = make_grid(
-        spec.images.detach().float().cpu().clamp(0, 1), nrow=spec.nrow, padding=2, pad_value=1.0
+        spec.images.detach().float().cpu().clamp(0, 1), nrow=spec.nrow, padding=pad, pad_value=1.0
     )
-    fig, ax = plt.subplots(figsize=(max(4.0, grid.shape[2] / 40), max(2.0, grid.shape[1] / 40)))
+    h, w = grid.shape[1:]
+    zoom = max(1.0, min(MAX_ZOOM, MAX_GRID_WIDTH / w, MAX_GRID_HEIGHT / h))
+    fig, ax = plt.subplots(figsize=(w * zoom / _DPI, h * zoom / _DPI), dpi=_DPI)
     ax.imshow(grid.permute(1, 2, 0).numpy(), interpolation="nearest")
-    ax.set_xticks([])
-    rows = len(spec.row_labels)
-    if rows:
-        h = grid.shape[1] / rows
-        ax.set_yticks([h * (i + 0.5) for i in range(rows)], spec.row_labels, fontsize=7)
+    cell_h, cell_w = spec.images.shape[2] + pad, spec.images.shape[3] + pad
+    centre = pad / 2 + 0.5
+    if spec.row_labels:
+        ax.set_yticks([cell_h * (i + 0.5) + centre - 1 for i in range(len(spec.row_labels))])
+        ax.set_yticklabels(spec.row_labels, fontsize=8)
     else:
         ax.set_yticks([])
-    if spec.title:
-        ax.set_title(spec.title, fontsize=9)
-    save_figure(fig, out)
+    if spec.col_labels:
+        ax.set_xticks([cell_w * (i + 0.5) + centre - 1 for i in range(len(spec.col_labels))])
+        ax.set_xticklabels(spec.col_labels, fontsize=8)
+        ax.xaxis.tick_top()
+    else:
+        ax.set_xticks([])
+    if spec.highlight_col is not None:
+        ax.add_patch(
+            Rectangle(
+                (spec.highlight_col * cell_w, 0), cell_w + pad / 2, h - 1,
+                fill=False, edgecolor="tab:red", linewidth=2,
+            )
+        )  # fmt: skip
+    if spec.xlabel:
+        ax.set_xlabel(spec.xlabel, fontsize=9)
+    ax.set_title(spec.title or f"{len(spec.images)} images", fontsize=10)
+    save_figure(fig, out, dpi=_DPI)
 
 
 def render_figure(spec: Figure, out: Path | str) -> None:
@@ -42,10 +68,7 @@ def render_figure(spec: Figure, out: Path | str) -> None:
     """
     out = Path(out)
     if isinstance(spec, ImageGrid):
-        if spec.row_labels or spec.title:
-            _labelled_grid(spec, out)
-        else:
-            save_image_grid(spec.images, out, nrow=spec.nrow)
+        _grid_figure(spec, out)
         return
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if isinstance(spec, LinePlot):

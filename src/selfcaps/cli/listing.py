@@ -1,0 +1,72 @@
+"""``selfcaps list [methods|datasets|models]``: what can be run, on what, with which network.
+
+Answers without importing torch: method and preset names come from the shipped
+YAML files, dataset and model names from :mod:`selfcaps.cli.catalog`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+from selfcaps.cli.catalog import DATASETS, list_models
+from selfcaps.cli.presets import list_presets
+from selfcaps.methods import list_methods
+
+__all__ = ["LIST_CHOICES", "add_list_arguments", "cmd_list", "format_listing"]
+
+LIST_CHOICES = ("all", "methods", "datasets", "models")
+
+
+def _methods() -> list[str]:
+    presets = list_presets()
+    return [f"{m:<12} presets: {', '.join(presets.get(m, []))}" for m in list_methods()]
+
+
+def _wrapped(names: list[str]) -> list[str]:
+    return textwrap.wrap(", ".join(names), width=88, break_on_hyphens=False)
+
+
+def format_listing(what: str = "all", pattern: str = "*") -> str:
+    """The text ``selfcaps list WHAT`` prints.
+
+    Args:
+        what: ``all`` (grouped: methods with presets, datasets, models) or one group.
+        pattern: Shell-style filter of the model names.
+
+    Examples:
+        >>> print(format_listing("methods").splitlines()[0])
+        coca         presets: paper, quick, quick_cifar10
+    """
+    datasets = list(DATASETS)
+    if what == "methods":
+        return "\n".join(_methods())
+    if what == "datasets":
+        return "\n".join(datasets)
+    if what == "models":
+        return "\n".join(list_models(pattern))
+    indent = "  "
+    return "\n".join(
+        [
+            "methods (selfcaps run METHOD [--preset PRESET]):",
+            *(indent + line for line in _methods()),
+            "",
+            "datasets (--data NAME):",
+            *(indent + line for line in _wrapped(datasets)),
+            "",
+            "models (selfcaps.create_model(NAME)):",
+            *(indent + line for line in _wrapped(list_models(pattern))),
+        ]
+    )
+
+
+def add_list_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``selfcaps list``."""
+    p.add_argument("what", nargs="?", default="all", choices=LIST_CHOICES)
+    p.add_argument("--pattern", default="*", help="shell-style filter for models, e.g. 'coca*'")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """``selfcaps list``."""
+    print(format_listing(args.what, args.pattern))
+    return 0

@@ -1,0 +1,42 @@
+"""The shipped YAML presets by method, found without parsing them (no omegaconf, no torch)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+__all__ = ["config_text", "default_preset", "list_presets"]
+
+_CONFIG_PACKAGE = "selfcaps.configs"
+
+
+def config_text(name: str) -> str:
+    """The text of a shipped configuration file (``base.yaml``, ``coca_quick.yaml``, ...)."""
+    return resources.files(_CONFIG_PACKAGE).joinpath(name).read_text()
+
+
+def list_presets(method: str | None = None) -> dict[str, list[str]]:
+    """Shipped presets by method: ``{"coca": ["paper", "quick", ...], ...}``.
+
+    Args:
+        method: Restrict to one method.
+    """
+    out: dict[str, list[str]] = {}
+    for entry in resources.files(_CONFIG_PACKAGE).iterdir():
+        name = entry.name
+        if not name.endswith(".yaml") or name == "base.yaml" or "_" not in name:
+            continue
+        m, preset = name[: -len(".yaml")].split("_", 1)
+        if method is None or m == method:
+            out.setdefault(m, []).append(preset)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def default_preset(method: str, dataset: str | None) -> str:
+    """``quick_<dataset>`` if the method ships that preset (``coca_quick_cifar10``), else ``quick``.
+
+    Examples:
+        >>> default_preset("coca", "cifar10"), default_preset("coca", "svhn")
+        ('quick_cifar10', 'quick')
+    """
+    special = f"quick_{dataset}"
+    return special if dataset and special in list_presets(method).get(method, []) else "quick"

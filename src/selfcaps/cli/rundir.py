@@ -1,0 +1,77 @@
+"""Creating a run directory late, and removing it when a failed run left it empty.
+
+``selfcaps run`` checks everything it can (configuration, data, network) before it
+creates anything; :func:`can_create` checks the output location without creating
+it, :func:`make_run_dir` creates it and reports which directories are new, and
+:func:`remove_if_empty` removes those again if a failure left no file in them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from selfcaps.methods.atomic import check_writable
+
+__all__ = ["can_create", "make_run_dir", "remove_if_empty"]
+
+
+def _missing_ancestors(path: Path) -> tuple[Path, list[Path]]:
+    """The nearest existing ancestor of ``path`` (or itself) and the directories below it."""
+    missing: list[Path] = []
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return p, missing[::-1]
+
+
+def can_create(directory: Path) -> None:
+    """Raise unless ``directory`` exists as a writable directory or could be created.
+
+    Raises:
+        NotADirectoryError / PermissionError: Naming the path that is in the way.
+    """
+    existing, _ = _missing_ancestors(directory)
+    if not existing.is_dir():
+        raise NotADirectoryError(
+            20, f"cannot write the output directory {directory}: {existing} is a file"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            13, f"cannot write the output directory {directory}: {existing} is not writable"
+        )
+
+
+def make_run_dir(directory: Path) -> list[Path]:
+    """Create ``directory`` (and its parents) and check that it can be written.
+
+    Returns:
+        The directories that did not exist before, outermost first.
+    """
+    _, missing = _missing_ancestors(directory)
+    check_writable(directory)
+    return missing
+
+
+def remove_if_empty(created: list[Path]) -> list[Path]:
+    """Remove the directories of ``created`` that hold no file (innermost first).
+
+    A directory is removed only if nothing but empty directories is inside it,
+    so a failed run's files (its log, a checkpoint) are never touched.
+
+    Args:
+        created: Directories a run created, outermost first (:func:`make_run_dir`).
+
+    Returns:
+        The directories removed.
+    """
+    removed: list[Path] = []
+    for top in reversed(created):
+        if not top.is_dir() or any(f.is_file() or f.is_symlink() for f in top.rglob("*")):
+            continue
+        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            d.rmdir()
+        top.rmdir()
+        removed.append(top)
+    return removed

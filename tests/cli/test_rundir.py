@@ -1,0 +1,77 @@
+"""Run directories: created only after validation, removed when a failed run left them empty."""
+
+import os
+import stat
+
+import pytest
+
+from selfcaps.cli.main import main
+from selfcaps.cli.rundir import make_run_dir, remove_if_empty
+from selfcaps.methods.atomic import atomic_write_text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "coca", "--data", "cifar"],  # unknown dataset
+        ["run", "coca", "--data", "cifar10", "--data-root", "EMPTY"],  # files missing
+        ["run", "coca", "--data-root", "EMPTY", "--data", "mnist"],
+    ],
+)
+def test_a_run_that_cannot_start_creates_nothing(argv, tmp_path, monkeypatch, capsys):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SELFCAPS_DATA", raising=False)
+    argv = [str(tmp_path / "empty") if a == "EMPTY" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "selfcaps: error:" in err and ("cifar10" in err or "mnist" in err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_remove_if_empty_keeps_anything_holding_a_file(tmp_path):
+    runs = tmp_path / "runs"
+    made = make_run_dir(runs / "coca" / "t1")
+    assert made == [runs, runs / "coca", runs / "coca" / "t1"]
+    (made[-1] / "tensorboard" / "x").mkdir(parents=True)  # empty subdirectories only
+    assert remove_if_empty(made) == made[::-1]
+    assert list(tmp_path.iterdir()) == []
+    made = make_run_dir(tmp_path / "runs" / "t2")
+    (made[-1] / "run.log").write_text("what went wrong")
+    assert remove_if_empty(made) == []
+    assert (made[-1] / "run.log").is_file()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_respect_the_umask_like_open(umask, tmp_path):
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "atomic.txt", "x")
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "atomic.txt").stat().st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+
+
+def test_atomic_rewrite_keeps_the_files_mode(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text("{}")
+    path.chmod(0o640)
+    atomic_write_text(path, "{}\n")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_a_run_failing_after_creating_its_directory_removes_it_if_empty(tmp_path, monkeypatch):
+    import selfcaps.methods.engine as engine
+    from tests.runs import TINY
+
+    def broken(*_, **__):
+        raise RuntimeError("the trainer could not be built")
+
+    monkeypatch.setattr(engine, "build_trainer", broken)
+    out = tmp_path / "runs" / "coca" / "t"
+    with pytest.raises(RuntimeError, match="could not be built"):
+        main(["run", "coca", "--out", str(out), *TINY])
+    assert list(tmp_path.iterdir()) == []  # runs/coca/t and its parents, created by the run

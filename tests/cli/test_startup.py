@@ -1,0 +1,68 @@
+"""The command answers --version, --help, list and configuration errors without torch/Lightning.
+
+Checked on sys.modules in a fresh interpreter (a timing would be flaky on a busy
+machine; benchmarks/cli_startup.py measures the time).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+HEAVY = ("torch", "lightning", "torchvision", "timm", "matplotlib", "sklearn", "numpy")
+COMMANDS = [
+    ["--version"],
+    ["--help"],
+    ["list"],
+    ["list", "methods"],
+    ["list", "models"],
+    ["list", "datasets"],
+    ["run", "--help"],
+    ["run", "sparsecaps", "--help"],
+    ["pretrain", "mcae", "--help"],
+    ["run"],  # no method: an argument error
+    ["run", "cocaa"],  # unknown method
+    ["run", "coca", "--preset", "fast"],  # unknown preset
+    ["run", "coca", "--data", "cifar"],  # unknown dataset
+    ["run", "coca", "optim.lr=-1"],  # bad value of a shared key
+    ["run", "coca", "optim.lr=abc"],  # wrong type
+    ["run", "coca", "no.such.key=1"],  # unknown key
+    ["run", "coca", "--variant", "dense"],  # another method's flag
+    ["run", "sparsecaps", "--variant", "desne"],  # a bad choice of its own flag
+    ["eval", "no_such_run"],  # not a run directory
+    ["profile", "coca", "--preset", "fast"],
+]
+
+# One interpreter runs every command in turn and reports what each left in sys.modules:
+# a heavy import by any command shows up from that command on.
+_PROBE = f"""
+import contextlib, io, json, sys
+sys.path.insert(0, {SRC!r})
+from selfcaps.cli import main
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+    print("PROBE" + json.dumps({{"argv": argv, "code": code, "heavy": heavy}}))
+"""
+
+
+def test_no_heavy_import_before_a_command_needs_it(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(COMMANDS)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    results = [json.loads(x[5:]) for x in proc.stdout.splitlines() if x.startswith("PROBE")]
+    assert [r["argv"] for r in results] == COMMANDS, proc.stdout + proc.stderr
+    for r in results:
+        assert r["heavy"] == [], r
+        expected = 0 if r["argv"][-1] in ("--version", "--help") or r["argv"][0] == "list" else 2
+        assert r["code"] == expected, r
+    assert list(tmp_path.iterdir()) == []  # no run directory was created
