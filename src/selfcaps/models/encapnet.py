@@ -84,6 +84,7 @@ __all__ = [
     "encapnet18_resnet",
     "table1_capnet_dynamic",
     "table1_capnet_em",
+    "table1_capnet_em_procedure1",
     "table1_cnn",
     "table1_encapnet_master",
     "table1_encapnet_master_aide",
@@ -353,6 +354,9 @@ class EMCaps(nn.Module):
         padding: Zero padding (padded children have zero activation).
         iters: EM iterations.
         chunk_elements: Votes per checkpointed chunk.
+        procedure1: Route by Procedure 1 as printed (fixed lambda = 1, uncentred costs)
+            instead of the default centred costs with lambda annealed 0.01 -> 1
+            (see :func:`~selfcaps.caps.em_routing`).
     """
 
     def __init__(
@@ -366,9 +370,11 @@ class EMCaps(nn.Module):
         padding: int = 0,
         iters: int = 3,
         chunk_elements: int = 1 << 21,
+        procedure1: bool = False,
     ) -> None:
         super().__init__()
         kk = kernel_size**2 if kernel_size else 1
+        self.procedure1 = procedure1
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.out_caps, self.out_dim, self.iters = out_caps, out_dim, iters
         self.weight = nn.Parameter(torch.randn(in_caps * kk, in_dim, out_caps * out_dim) * 0.1)
@@ -378,7 +384,12 @@ class EMCaps(nn.Module):
 
     def _route(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
         votes = child_votes(pose, self.weight, self.out_caps)
-        mu, a, _ = em_routing(votes, act, self.beta_u, self.beta_a, self.iters)
+        if self.procedure1:
+            mu, a, _ = em_routing(
+                votes, act, self.beta_u, self.beta_a, self.iters, 1.0, centre_costs=False
+            )
+        else:
+            mu, a, _ = em_routing(votes, act, self.beta_u, self.beta_a, self.iters)
         return mu, a
 
     def forward(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
@@ -416,7 +427,8 @@ class Table1CapNet(_ImageNet):
     """Table 1 rows (a) and (b): a six-layer CapNet with dynamic or EM routing (module docstring).
 
     Args:
-        routing: ``"dynamic"`` or ``"em"``.
+        routing: ``"dynamic"``, ``"em"`` (centred costs, annealed lambda: the default of
+            :func:`~selfcaps.caps.em_routing`) or ``"em_procedure1"`` (Procedure 1 as printed).
         in_chans: Image channels.
         num_classes: Class capsules.
         input_size: Image side length.
@@ -425,30 +437,33 @@ class Table1CapNet(_ImageNet):
 
     def __init__(
         self,
-        routing: Literal["dynamic", "em"] = "dynamic",
+        routing: Literal["dynamic", "em", "em_procedure1"] = "dynamic",
         in_chans: int = 3,
         num_classes: int = 10,
         input_size: int = 32,
         iters: int = 3,
     ) -> None:
         super().__init__()
-        if routing not in ("dynamic", "em"):
-            raise ValueError(f"routing must be 'dynamic' or 'em', got {routing!r}")
+        if routing not in ("dynamic", "em", "em_procedure1"):
+            raise ValueError(f"routing must be 'dynamic', 'em' or 'em_procedure1', got {routing!r}")
         self.routing, self.in_chans, self.input_size = routing, in_chans, input_size
         self.score_kind: ScoreKind = "length" if routing == "dynamic" else "activation"
         fs = _feature_size(input_size, _T1_STRIDES)
         self.body = nn.Sequential(
             _conv_bn_relu(in_chans, 32), _conv_bn_relu(32, 64), _conv_bn_relu(64, 128, 2)
         )
-        em = routing == "em"
+        em = routing != "dynamic"
+        p1 = routing == "em_procedure1"
         self.primary = PrimaryCaps2d(
             128, 32, 8, 3, 2, 1, bias=False, batchnorm=True, activate=not em
         )
         n_class_in = 32 * fs * fs
         if em:
             self.primary_act = nn.Conv2d(128, 32, 3, 2, 1)
-            self.caps = EMCaps(32, 8, 32, 16, kernel_size=3, stride=2, padding=1, iters=iters)
-            self.class_caps = EMCaps(n_class_in, 16, num_classes, 16, iters=iters)
+            self.caps = EMCaps(
+                32, 8, 32, 16, kernel_size=3, stride=2, padding=1, iters=iters, procedure1=p1
+            )
+            self.class_caps = EMCaps(n_class_in, 16, num_classes, 16, iters=iters, procedure1=p1)
         else:
             self.caps = ConvCaps2d(32, 8, 32, 16, 3, 2, 1, iters=iters)
             self.class_caps = DenseCaps(n_class_in, 16, num_classes, 16, iters=iters)
@@ -512,6 +527,12 @@ def table1_capnet_dynamic(**kwargs: object) -> Table1CapNet:
 def table1_capnet_em(**kwargs: object) -> Table1CapNet:
     """Table 1 row (b): CapNet with EM routing."""
     return Table1CapNet("em", **kwargs)  # type: ignore[arg-type]
+
+
+@register_model
+def table1_capnet_em_procedure1(**kwargs: object) -> Table1CapNet:
+    """Table 1 row (b) routed by Procedure 1 as printed (fixed lambda, uncentred costs)."""
+    return Table1CapNet("em_procedure1", **kwargs)  # type: ignore[arg-type]
 
 
 @register_model
