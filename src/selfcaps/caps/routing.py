@@ -178,11 +178,12 @@ def em_routing(
     Two variants. ``centre_costs=False, inverse_temperature=1.0`` is Procedure 1
     as printed (a fixed :math:`\lambda`, the raw cost in the logistic; tested
     against a literal loop transcription in float64). The default,
-    ``centre_costs=True`` with :math:`\lambda` annealed from 0.01 to 1, is what
-    public implementations (and EncapNet's Table 1 row b here) use: the summed
-    cost grows with :math:`\sum_i R'_{ij}`, i.e. with the number of children, and
-    with hundreds of children the textbook logistic saturates at 0 or 1, where
-    it passes no gradient.
+    ``centre_costs=True`` with :math:`\lambda` annealed from 0.01 to 1, is ours
+    (EncapNet's Table 1 row b): the summed cost grows with
+    :math:`\sum_i R'_{ij}`, i.e. with the number of children, so public
+    implementations rescale it before the logistic (the EncapNet reference code
+    min-max rescales it over the parents to ``[-5, 5]`` and uses
+    :math:`\lambda = 1, 2, 3` over the iterations); centring is our rescaling.
 
     M-step (for each parent ``j`` and pose element ``h``):
 
