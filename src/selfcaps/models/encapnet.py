@@ -3,21 +3,21 @@
 From "Neural Network Encapsulation" (Li et al., ECCV 2018; reference code
 github.com/hli2020/nn_encapsulation, configuration ``encapnet_set_OT``).
 
-**encapnet18** (paper Table 2, reference ``encapnet_set_OT``): a 3x3
-convolution to 32 channels (BN, ReLU), read as 32 capsule types of dimension
-1; four modules, each one Type I capConv (dimension ``x2``; stride 1, 2, 2, 2)
-and two Type II capConvs, giving 32 types of dimension 2, 4, 8, 16 at 32x32,
-16x16, 8x8, 4x4; ``CapFC`` from the 512 capsules of the last map to 10 class
-capsules of dimension 16. The class score is the capsule length. Counting the
-four skip projections, there are 18 convolutional / fully connected layers
-(1 + 4 x 3 + 4 + 1), which is how we read the paper's "18 layers"; the
-reference code's network is this one.
+**encapnet18** (paper section 5.1 and Table 2): a 3x3 convolution to 32
+channels (BN, ReLU), read as 32 capsule types of dimension 1; four modules,
+each one Type I capConv (dimension ``x2``; stride 1, 2, 2, 2) and ``N = 3``
+Type II capConvs, giving 32 types of dimension 2, 4, 8, 16 at 32x32, 16x16,
+8x8, 4x4; ``CapFC`` from the 512 capsules of the last map to 10 class capsules
+of dimension 16. The class score is the capsule length. Depth: the paper's
+"18 layers (N = 3, n = 2)" with depth "2 + sum_i (N_i + 1)" over four modules.
+The reference code (``encapnet_set_OT``) builds ``num_type2=2`` with the aide
+branch in modules 3-4 only (preset ``reference``); the module dimensions and
+strides are the reference code's (Table 2's body is not in the paper's text).
 
 ``variant="master"`` builds every capConv master-only (Table 1 row e, and the
 reference code's default, where ``--withCapRoute`` is off); ``"master_aide"``
-gives the capConvs of the modules in ``aide_modules`` an aide branch (the
-reference code does so in modules 3 and 4 only: our default; the aide
-branches of modules 1-2 would add 0.5M parameters and most of the FLOPs).
+gives the capConvs of the modules in ``aide_modules`` an aide branch (default:
+every module, as the paper's Table 3 case 4).
 
 **Counterpart** (``encapnet18_resnet``): the same stem, stage widths
 (``num_caps * dims`` = 64, 128, 256, 512) and strides, each stage two
@@ -147,7 +147,8 @@ class EncapNet(_ImageNet):
         strides: Type I stride of each module.
         num_type2: Type II capConvs per module.
         variant: ``"master"`` or ``"master_aide"``.
-        aide_modules: 1-based modules whose capConvs get the aide branch (``master_aide``).
+        aide_modules: 1-based modules whose capConvs get the aide branch (``master_aide``;
+            ``None``: every module).
         coefficients: Source of the mixing coefficients (``"v1"``, ``"v2"``, ``"v3"``,
             ``"own"``, ``"cross"``; see :class:`~selfcaps.caps.MasterAideConv2d`).
         skip: ``"none"``, ``"module"`` or ``"layerwise"`` (:class:`~selfcaps.caps.CapsuleModule`).
@@ -168,9 +169,9 @@ class EncapNet(_ImageNet):
         num_caps: int = 32,
         dims: Sequence[int] = (2, 4, 8, 16),
         strides: Sequence[int] = (1, 2, 2, 2),
-        num_type2: int = 2,
+        num_type2: int = 3,
         variant: Variant = "master_aide",
-        aide_modules: Sequence[int] = (3, 4),
+        aide_modules: Sequence[int] | None = None,
         coefficients: CoefficientSource = "v3",
         skip: SkipMode = "module",
     ) -> None:
@@ -179,6 +180,8 @@ class EncapNet(_ImageNet):
             raise ValueError(f"variant must be 'master' or 'master_aide', got {variant!r}")
         if len(dims) != len(strides) or not dims:
             raise ValueError(f"dims {list(dims)} and strides {list(strides)} must pair up")
+        if aide_modules is None:
+            aide_modules = range(1, len(dims) + 1)
         if bad := [m for m in aide_modules if not 1 <= m <= len(dims)]:
             raise ValueError(f"aide_modules {bad} are not modules 1..{len(dims)}")
         self.in_chans, self.input_size, self.num_caps = in_chans, input_size, num_caps
@@ -498,7 +501,7 @@ def encapnet(**kwargs: object) -> EncapNet:
 
 @register_model
 def encapnet18(**kwargs: object) -> EncapNet:
-    """The paper's EncapNet (Table 2; reference ``encapnet_set_OT``); kwargs override."""
+    """The paper's 18-layer EncapNet (section 5.1, Table 2); kwargs override."""
     return EncapNet(**kwargs)  # type: ignore[arg-type]
 
 
