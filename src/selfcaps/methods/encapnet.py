@@ -11,9 +11,13 @@ lower capsules:
 (paper ``lambda = 10``; the reference code's ``--ot_loss_fac`` default is 1).
 ``loss.units`` lists the units as ``[module, lower tap, higher tap]``, taps
 numbered ``0`` = module input, ``1`` = Type I output, ``2..`` = Type II outputs,
-``-1`` = module output; the default ``[[3, 1, -1], [4, 0, 2]]`` is the
-reference code's (module 3: Type I output regenerated from the module output;
-module 4: module input from the first Type II output). The units belong to
+``-1`` = module output. Preset ``paper`` has the paper's "two Sinkhorn losses
+imposed on each module" (section 5.1): ``[m, 0, 2]`` (module input regenerated
+from the first Type II output) and ``[m, 1, -1]`` (Type I output from the module
+output) in every module but the last's 4x4 one; preset ``reference`` has the
+reference code's ``[[3, 1, -1], [4, 0, 2]]``. ``loss.probe_every`` logs each
+term's loss and the norm of the gradient it sends into the network
+(:func:`gradient_probe`). The units belong to
 this LightningModule, not to the network: they train with it, are saved in
 its checkpoints, and neither ``model.safetensors`` nor the inference path
 contains them.
