@@ -28,6 +28,7 @@ for run in "$@"; do
     on_s0) args=(--ot on --seed 0) ;;
     on_s1) args=(--ot on --seed 1) ;;
     lambda1_s0) args=(--ot on --seed 0 loss.ot_weight=1) ;;
+    lambda1_s1) args=(--ot on --seed 1 loss.ot_weight=1) ;;
     paperunits_s0) args=(--ot on --seed 0 "loss.units=$paper_units") ;;
     paperunits_lambda1_s0) args=(--ot on --seed 0 "loss.units=$paper_units" loss.ot_weight=1) ;;
     plangrad_s0) args=(--ot on --seed 0 loss.detach_plan=false) ;;
