@@ -3,7 +3,7 @@
 #
 # Usage: experiments/encapnet_feedback_ablation.sh OUT_DIR RUN [RUN ...]
 #   RUN is one of the names below; each run is one `selfcaps run encapnet` of the quick preset with
-#   master-only capConvs, one epoch over a stratified subset of SUBSET training images (default
+#   master-only capConvs, one epoch over a seeded random subset of SUBSET training images (default
 #   25,600: 200 steps of 128 images), logging the gradient probe every 20 steps.
 #   The 60-minute version: SUBSET=null EPOCHS=18 (6,318 steps over all 45,000 images; issue 19
 #   measured 3 master-only epochs, 1,053 steps, in 10 minutes on one otherwise idle core).
