@@ -9,7 +9,7 @@ import torch
 from selfcaps.cli.config import load_config
 from selfcaps.eval import count_flops, count_parameters
 from selfcaps.methods import get_method
-from selfcaps.methods.encapnet import EncapNetMethod
+from selfcaps.methods.encapnet import EncapNetMethod, gradient_probe
 from selfcaps.methods.flags import METHOD_FLAGS, on_off
 
 # A small EncapNet on 28x28 digits: 8 capsule types, modules at 14x14 and 7x7.
@@ -152,3 +152,53 @@ def test_cifar100_gets_100_class_capsules_and_svhn_no_flips():
         train, _ = _method(("data.name", name), ("model.strides", [2, 2])).build_transforms()
         flips[name] = any("Flip" in type(t).__name__ for t in train.transforms)
     assert flips == {"cifar10": True, "svhn": False}
+
+
+def test_gradient_probe_norms_and_cosine_by_hand():
+    w = torch.tensor([3.0, 4.0], requires_grad=True)
+    unused = torch.zeros(2, requires_grad=True)
+    # d/dw (w . w) = 2w = (6, 8), norm 10; d/dw (2 w0 - w1) = (2, -1), norm sqrt 5; dot 4
+    s = gradient_probe((w * w).sum(), 2 * w[0] - w[1], [w, unused])
+    assert s["probe_grad_cls"] == pytest.approx(10.0)
+    assert s["probe_grad_ot"] == pytest.approx(5**0.5)
+    assert s["probe_grad_ratio"] == pytest.approx(5**0.5 / 10)
+    assert s["probe_grad_cos"] == pytest.approx(4 / (10 * 5**0.5))
+
+
+def test_gradient_probe_measures_the_shared_weights_only():
+    """The probe's OT gradient is the network's share of d(lambda W)/d theta, not the units'."""
+    m = _method(("loss.ot", True), ("loss.ot_weight", 2.0))
+    m.train()
+    x, y = torch.randn(6, 1, 28, 28), torch.arange(6) % 10
+    _, taps = m.network.forward_taps(x)
+    out = m.network(x)
+    ot = sum(u(taps[k - 1][hi], taps[k - 1][lo]) for u, (k, lo, hi) in
+             zip(m.feedback, m.cfg.loss.units, strict=True))  # fmt: skip
+    cls = m.margin(out.norm(dim=-1), y)
+    params = list(m.network.parameters())
+    s = gradient_probe(cls, 2.0 * ot, params)
+    g = torch.autograd.grad(2.0 * ot, params, retain_graph=True, allow_unused=True)
+    direct = torch.sqrt(sum((gi**2).sum() for gi in g if gi is not None))
+    assert s["probe_grad_ot"] == pytest.approx(float(direct), rel=1e-5)
+    assert s["probe_grad_ot"] > 0 and s["probe_grad_cls"] > 0
+
+
+def test_paper_preset_follows_the_paper_and_reference_preset_the_code():
+    paper = load_config("encapnet", "paper")
+    # "18 layers (N = 3, n = 2)"; depth 2 + sum_i (N_i + 1) over four modules
+    assert 2 + len(paper.model.dims) * (paper.model.num_type2 + 1) == 18
+    assert list(paper.model.aide_modules) == [1, 2, 3, 4] and paper.loss.ot_weight == 10.0
+    per_module = {k: [u for u in paper.loss.units if u[0] == k] for k in range(1, 5)}
+    # two units per module; module 4's same-size unit (4x4 maps) is left out
+    assert [len(v) for v in per_module.values()] == [2, 2, 2, 1]
+    assert (paper.loss.cost, paper.loss.detach_plan, paper.loss.encapsulated_generator) == (
+        "cosine",
+        True,
+        True,
+    )
+    ref = load_config("encapnet", "reference")
+    assert ref.model.num_type2 == 2 and list(ref.model.aide_modules) == [3, 4]
+    assert [list(u) for u in ref.loss.units] == [[3, 1, -1], [4, 0, 2]]
+    assert (ref.loss.ot_weight, ref.loss.cost, ref.loss.detach_plan) == (1.0, "euclidean", False)
+    EncapNetMethod.validate_config(paper)
+    EncapNetMethod.validate_config(ref)

@@ -53,13 +53,13 @@ def _capconv_params(T, din, dout, k, aide, coef_in_factor=2):
 
 
 def test_encapnet18_shapes_and_parameter_count_by_hand():
-    T, dims, n2 = 32, (2, 4, 8, 16), 2
+    T, dims, n2 = 32, (2, 4, 8, 16), 3  # the paper's N = 3, aide in every module
     for variant in ("master", "master_aide"):
         net = selfcaps.create_model("encapnet18", variant=variant)
         expected = 3 * T * 9 + 2 * T  # stem conv (no bias) + BN
         d_in = 1
-        for i, d in enumerate(dims):
-            aide = variant == "master_aide" and i + 1 in (3, 4)
+        aide = variant == "master_aide"
+        for d in dims:
             expected += _capconv_params(T, d_in, d, 3, aide)  # Type I
             expected += n2 * _capconv_params(T, d, d, 1, aide)  # Type II
             expected += (T * d_in) * (T * d) * 9  # skip projection

@@ -171,8 +171,19 @@ def em_routing(
     iters: int = 3,
     inverse_temperature: float | tuple[float, float] = (1.0, 0.01),
     eps: float = 1e-6,
+    centre_costs: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
     r"""EM routing of Hinton, Sabour & Frosst 2018 (Procedure 1), in the log domain.
+
+    Two variants. ``centre_costs=False, inverse_temperature=1.0`` is Procedure 1
+    as printed (a fixed :math:`\lambda`, the raw cost in the logistic; tested
+    against a literal loop transcription in float64). The default,
+    ``centre_costs=True`` with :math:`\lambda` annealed from 0.01 to 1, is ours
+    (EncapNet's Table 1 row b): the summed cost grows with
+    :math:`\sum_i R'_{ij}`, i.e. with the number of children, so public
+    implementations rescale it before the logistic (the EncapNet reference code
+    min-max rescales it over the parents to ``[-5, 5]`` and uses
+    :math:`\lambda = 1, 2, 3` over the iterations); centring is our rescaling.
 
     M-step (for each parent ``j`` and pose element ``h``):
 
@@ -190,11 +201,12 @@ def em_routing(
     ``log_softmax`` and ``logsigmoid`` so that no probability underflows to zero
     and no ``log(0)`` appears, whatever the number of iterations.
 
-    The summed cost is centred over the parents before the sigmoid (as most
-    public implementations do) so that activations do not saturate when the
-    number of children is large. The inverse temperature :math:`\lambda` follows
-    a schedule: a float is used at every iteration; a pair ``(final, start)``
-    anneals linearly from ``start`` to ``final`` (default ``(1.0, 0.01)``).
+    With ``centre_costs`` the summed cost is centred over the parents before the
+    sigmoid (:math:`\text{cost}_j - \frac1M \sum_k \text{cost}_k`; not in
+    Procedure 1). The inverse temperature :math:`\lambda` follows a schedule: a
+    float is used at every iteration (Procedure 1); a pair ``(final, start)``
+    anneals linearly from ``start`` to ``final`` (default ``(1.0, 0.01)``; not in
+    Procedure 1).
 
     Args:
         votes: ``(B, N, M, D)``; ``D`` is the flattened pose matrix (16 for 4x4).
@@ -204,6 +216,7 @@ def em_routing(
         iters: EM iterations (>= 1).
         inverse_temperature: Schedule of :math:`\lambda` (see above).
         eps: Variance floor and denominator epsilon.
+        centre_costs: Centre the costs over the parents (default; ``False``: Procedure 1).
 
     The variances square the votes, so in float32 the votes must stay below
     about 1e18 in magnitude (EM routing is not scale-invariant, so they cannot be
@@ -244,7 +257,8 @@ def em_routing(
         var = (w * diff2).sum(dim=1) + eps  # (B, M, D)
         log_sigma = 0.5 * torch.log(var)
         cost = ((beta_u.reshape(1, -1, 1) + log_sigma) * R_sum.unsqueeze(-1)).sum(-1)  # (B, M)
-        cost = cost - cost.mean(dim=-1, keepdim=True)
+        if centre_costs:
+            cost = cost - cost.mean(dim=-1, keepdim=True)
         logit_a = lambdas[it] * (beta_a.reshape(1, -1) - cost)
         a_out = torch.sigmoid(logit_a)
         if it == iters - 1:

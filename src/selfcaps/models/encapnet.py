@@ -3,21 +3,21 @@
 From "Neural Network Encapsulation" (Li et al., ECCV 2018; reference code
 github.com/hli2020/nn_encapsulation, configuration ``encapnet_set_OT``).
 
-**encapnet18** (paper Table 2, reference ``encapnet_set_OT``): a 3x3
-convolution to 32 channels (BN, ReLU), read as 32 capsule types of dimension
-1; four modules, each one Type I capConv (dimension ``x2``; stride 1, 2, 2, 2)
-and two Type II capConvs, giving 32 types of dimension 2, 4, 8, 16 at 32x32,
-16x16, 8x8, 4x4; ``CapFC`` from the 512 capsules of the last map to 10 class
-capsules of dimension 16. The class score is the capsule length. Counting the
-four skip projections, there are 18 convolutional / fully connected layers
-(1 + 4 x 3 + 4 + 1), which is how we read the paper's "18 layers"; the
-reference code's network is this one.
+**encapnet18** (paper section 5.1 and Table 2): a 3x3 convolution to 32
+channels (BN, ReLU), read as 32 capsule types of dimension 1; four modules,
+each one Type I capConv (dimension ``x2``; stride 1, 2, 2, 2) and ``N = 3``
+Type II capConvs, giving 32 types of dimension 2, 4, 8, 16 at 32x32, 16x16,
+8x8, 4x4; ``CapFC`` from the 512 capsules of the last map to 10 class capsules
+of dimension 16. The class score is the capsule length. Depth: the paper's
+"18 layers (N = 3, n = 2)" with depth "2 + sum_i (N_i + 1)" over four modules.
+The reference code (``encapnet_set_OT``) builds ``num_type2=2`` with the aide
+branch in modules 3-4 only (preset ``reference``); the module dimensions and
+strides are the reference code's (Table 2's body is not in the paper's text).
 
 ``variant="master"`` builds every capConv master-only (Table 1 row e, and the
 reference code's default, where ``--withCapRoute`` is off); ``"master_aide"``
-gives the capConvs of the modules in ``aide_modules`` an aide branch (the
-reference code does so in modules 3 and 4 only: our default; the aide
-branches of modules 1-2 would add 0.5M parameters and most of the FLOPs).
+gives the capConvs of the modules in ``aide_modules`` an aide branch (default:
+every module, as the paper's Table 3 case 4).
 
 **Counterpart** (``encapnet18_resnet``): the same stem, stage widths
 (``num_caps * dims`` = 64, 128, 256, 512) and strides, each stage two
@@ -84,6 +84,7 @@ __all__ = [
     "encapnet18_resnet",
     "table1_capnet_dynamic",
     "table1_capnet_em",
+    "table1_capnet_em_procedure1",
     "table1_cnn",
     "table1_encapnet_master",
     "table1_encapnet_master_aide",
@@ -146,7 +147,8 @@ class EncapNet(_ImageNet):
         strides: Type I stride of each module.
         num_type2: Type II capConvs per module.
         variant: ``"master"`` or ``"master_aide"``.
-        aide_modules: 1-based modules whose capConvs get the aide branch (``master_aide``).
+        aide_modules: 1-based modules whose capConvs get the aide branch (``master_aide``;
+            ``None``: every module).
         coefficients: Source of the mixing coefficients (``"v1"``, ``"v2"``, ``"v3"``,
             ``"own"``, ``"cross"``; see :class:`~selfcaps.caps.MasterAideConv2d`).
         skip: ``"none"``, ``"module"`` or ``"layerwise"`` (:class:`~selfcaps.caps.CapsuleModule`).
@@ -167,9 +169,9 @@ class EncapNet(_ImageNet):
         num_caps: int = 32,
         dims: Sequence[int] = (2, 4, 8, 16),
         strides: Sequence[int] = (1, 2, 2, 2),
-        num_type2: int = 2,
+        num_type2: int = 3,
         variant: Variant = "master_aide",
-        aide_modules: Sequence[int] = (3, 4),
+        aide_modules: Sequence[int] | None = None,
         coefficients: CoefficientSource = "v3",
         skip: SkipMode = "module",
     ) -> None:
@@ -178,6 +180,8 @@ class EncapNet(_ImageNet):
             raise ValueError(f"variant must be 'master' or 'master_aide', got {variant!r}")
         if len(dims) != len(strides) or not dims:
             raise ValueError(f"dims {list(dims)} and strides {list(strides)} must pair up")
+        if aide_modules is None:
+            aide_modules = range(1, len(dims) + 1)
         if bad := [m for m in aide_modules if not 1 <= m <= len(dims)]:
             raise ValueError(f"aide_modules {bad} are not modules 1..{len(dims)}")
         self.in_chans, self.input_size, self.num_caps = in_chans, input_size, num_caps
@@ -353,6 +357,9 @@ class EMCaps(nn.Module):
         padding: Zero padding (padded children have zero activation).
         iters: EM iterations.
         chunk_elements: Votes per checkpointed chunk.
+        procedure1: Route by Procedure 1 as printed (fixed lambda = 1, uncentred costs)
+            instead of the default centred costs with lambda annealed 0.01 -> 1
+            (see :func:`~selfcaps.caps.em_routing`).
     """
 
     def __init__(
@@ -366,9 +373,11 @@ class EMCaps(nn.Module):
         padding: int = 0,
         iters: int = 3,
         chunk_elements: int = 1 << 21,
+        procedure1: bool = False,
     ) -> None:
         super().__init__()
         kk = kernel_size**2 if kernel_size else 1
+        self.procedure1 = procedure1
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.out_caps, self.out_dim, self.iters = out_caps, out_dim, iters
         self.weight = nn.Parameter(torch.randn(in_caps * kk, in_dim, out_caps * out_dim) * 0.1)
@@ -378,7 +387,12 @@ class EMCaps(nn.Module):
 
     def _route(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
         votes = child_votes(pose, self.weight, self.out_caps)
-        mu, a, _ = em_routing(votes, act, self.beta_u, self.beta_a, self.iters)
+        if self.procedure1:
+            mu, a, _ = em_routing(
+                votes, act, self.beta_u, self.beta_a, self.iters, 1.0, centre_costs=False
+            )
+        else:
+            mu, a, _ = em_routing(votes, act, self.beta_u, self.beta_a, self.iters)
         return mu, a
 
     def forward(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
@@ -416,7 +430,8 @@ class Table1CapNet(_ImageNet):
     """Table 1 rows (a) and (b): a six-layer CapNet with dynamic or EM routing (module docstring).
 
     Args:
-        routing: ``"dynamic"`` or ``"em"``.
+        routing: ``"dynamic"``, ``"em"`` (centred costs, annealed lambda: the default of
+            :func:`~selfcaps.caps.em_routing`) or ``"em_procedure1"`` (Procedure 1 as printed).
         in_chans: Image channels.
         num_classes: Class capsules.
         input_size: Image side length.
@@ -425,30 +440,33 @@ class Table1CapNet(_ImageNet):
 
     def __init__(
         self,
-        routing: Literal["dynamic", "em"] = "dynamic",
+        routing: Literal["dynamic", "em", "em_procedure1"] = "dynamic",
         in_chans: int = 3,
         num_classes: int = 10,
         input_size: int = 32,
         iters: int = 3,
     ) -> None:
         super().__init__()
-        if routing not in ("dynamic", "em"):
-            raise ValueError(f"routing must be 'dynamic' or 'em', got {routing!r}")
+        if routing not in ("dynamic", "em", "em_procedure1"):
+            raise ValueError(f"routing must be 'dynamic', 'em' or 'em_procedure1', got {routing!r}")
         self.routing, self.in_chans, self.input_size = routing, in_chans, input_size
         self.score_kind: ScoreKind = "length" if routing == "dynamic" else "activation"
         fs = _feature_size(input_size, _T1_STRIDES)
         self.body = nn.Sequential(
             _conv_bn_relu(in_chans, 32), _conv_bn_relu(32, 64), _conv_bn_relu(64, 128, 2)
         )
-        em = routing == "em"
+        em = routing != "dynamic"
+        p1 = routing == "em_procedure1"
         self.primary = PrimaryCaps2d(
             128, 32, 8, 3, 2, 1, bias=False, batchnorm=True, activate=not em
         )
         n_class_in = 32 * fs * fs
         if em:
             self.primary_act = nn.Conv2d(128, 32, 3, 2, 1)
-            self.caps = EMCaps(32, 8, 32, 16, kernel_size=3, stride=2, padding=1, iters=iters)
-            self.class_caps = EMCaps(n_class_in, 16, num_classes, 16, iters=iters)
+            self.caps = EMCaps(
+                32, 8, 32, 16, kernel_size=3, stride=2, padding=1, iters=iters, procedure1=p1
+            )
+            self.class_caps = EMCaps(n_class_in, 16, num_classes, 16, iters=iters, procedure1=p1)
         else:
             self.caps = ConvCaps2d(32, 8, 32, 16, 3, 2, 1, iters=iters)
             self.class_caps = DenseCaps(n_class_in, 16, num_classes, 16, iters=iters)
@@ -483,7 +501,7 @@ def encapnet(**kwargs: object) -> EncapNet:
 
 @register_model
 def encapnet18(**kwargs: object) -> EncapNet:
-    """The paper's EncapNet (Table 2; reference ``encapnet_set_OT``); kwargs override."""
+    """The paper's 18-layer EncapNet (section 5.1, Table 2); kwargs override."""
     return EncapNet(**kwargs)  # type: ignore[arg-type]
 
 
@@ -512,6 +530,12 @@ def table1_capnet_dynamic(**kwargs: object) -> Table1CapNet:
 def table1_capnet_em(**kwargs: object) -> Table1CapNet:
     """Table 1 row (b): CapNet with EM routing."""
     return Table1CapNet("em", **kwargs)  # type: ignore[arg-type]
+
+
+@register_model
+def table1_capnet_em_procedure1(**kwargs: object) -> Table1CapNet:
+    """Table 1 row (b) routed by Procedure 1 as printed (fixed lambda, uncentred costs)."""
+    return Table1CapNet("em_procedure1", **kwargs)  # type: ignore[arg-type]
 
 
 @register_model

@@ -1,0 +1,89 @@
+"""Tables from the runs of ``experiments/encapnet_feedback_ablation.sh`` (EncapNet, issue 19).
+
+Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
+and test top-1; and for runs with the gradient probe (``loss.probe_every``), the trace of the
+margin loss, the weighted feedback loss ``lambda * sum W``, the norms of the gradients each term
+sends into the network's weights, their ratio and cosine.
+
+    python experiments/encapnet_feedback_report.py ROOT [--trace RUN ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+PROBE = ("probe_cls_loss", "probe_ot_loss", "probe_grad_cls", "probe_grad_ot", "probe_grad_cos")
+
+
+def probe_trace(run: Path, every: int) -> list[dict[str, float]]:
+    """The probed steps of a run (Lightning repeats the last value at log steps in between)."""
+    with (run / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("probe_grad_cls")]
+    return [
+        {"step": int(r["step"]) + 1, **{k: float(r[k]) for k in PROBE}}
+        for r in rows
+        if (int(r["step"]) + 1) % every == 0
+    ]
+
+
+def summary(run: Path) -> dict[str, str]:
+    """One row of the results table."""
+    m = json.loads((run / "metrics.json").read_text())
+    cfg = OmegaConf.load(run / "config.yaml")
+    c = cfg.loss
+    every = int(c.probe_every)
+    trace = probe_trace(run, every) if every and c.ot else []
+    late = [t for t in trace if t["step"] > 100]
+    ratio = (
+        sum(t["probe_grad_ot"] / t["probe_grad_cls"] for t in late) / len(late) if late else None
+    )
+    setting = (
+        f"lambda {c.ot_weight:g}, {len(c.units)} units, detach_plan {c.detach_plan}"
+        if c.ot
+        else "off"
+    )
+    return {
+        "run": run.name,
+        "seed": str(cfg.seed),
+        "variant": m["variant"],
+        "feedback": setting,
+        "steps": str(m["steps"]),
+        "train s": f"{m['train_time_s']:.0f}",
+        "val top-1": f"{m['best_val_top1']:.2f}",
+        "test top-1": f"{m['test_top1']:.2f}",
+        "OT/margin grad (steps > 100)": f"{ratio:.2f}" if ratio is not None else "-",
+    }
+
+
+def main() -> None:
+    """Print the results table and the requested probe traces."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("root", type=Path)
+    p.add_argument("--trace", nargs="*", default=[], help="runs whose probe trace to print")
+    p.add_argument("--every", type=int, default=20, help="loss.probe_every of the runs")
+    args = p.parse_args()
+    runs = sorted(d for d in args.root.iterdir() if (d / "metrics.json").exists())
+    rows = [summary(r) for r in runs]
+    if rows:
+        keys = list(rows[0])
+        print("| " + " | ".join(keys) + " |")
+        print("|" + "---|" * len(keys))
+        for r in rows:
+            print("| " + " | ".join(r[k] for k in keys) + " |")
+    for name in args.trace:
+        print(f"\n{name}: step, margin loss, lambda*sum W, |g margin|, |g OT|, ratio, cosine")
+        for t in probe_trace(args.root / name, args.every):
+            print(
+                f"{t['step']:5d} {t['probe_cls_loss']:.3f} {t['probe_ot_loss']:.4f} "
+                f"{t['probe_grad_cls']:.3f} {t['probe_grad_ot']:.3f} "
+                f"{t['probe_grad_ot'] / t['probe_grad_cls']:.2f} {t['probe_grad_cos']:+.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
