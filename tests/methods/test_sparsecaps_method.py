@@ -44,10 +44,8 @@ def test_headline_feature_kind(variant, feature, kind):
     assert method.feature_kind == kind
 
 
-def test_exponential_schedule_is_smooth_decay_with_floor():
-    method = _method(
-        ("optim.scheduler", "exponential"), ("optim.min_lr", 2e-4), ("optim.step_size", 20)
-    )
+def test_schedule_without_stairs_is_smooth_decay_with_floor():
+    method = _method(("optim.staircase", False), ("optim.min_lr", 2e-4), ("optim.step_size", 20))
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
     sched = method._scheduler(opt)
     seen = {}
@@ -64,7 +62,7 @@ def test_exponential_schedule_is_smooth_decay_with_floor():
 
 
 def test_step_schedule_still_steps_in_stairs():
-    method = _method(("optim.scheduler", "step"))
+    method = _method(("optim.staircase", True))
     opt = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
     sched = method._scheduler(opt)
     for _ in range(1999):
