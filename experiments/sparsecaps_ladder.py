@@ -17,7 +17,8 @@ deviation and paired sparse - dense differences per rung) and the figure.
 
 Examples:
     python experiments/sparsecaps_ladder.py --data-root DIR --out runs/ladder \
-        --steps 100 300 1000 --seeds 0 1 2
+        --steps 100 300 --seeds 0 1 2 --set eval.svm_max_train=2000 \
+        eval.svm_max_test=2000 eval.affnist_fit=2000 eval.affnist_test=2000
     python experiments/sparsecaps_ladder.py --data-root DIR --out runs/ladder \
         --steps 30000 --seeds 0 1 2                  # the paper's step count (days of CPU)
     python experiments/sparsecaps_ladder.py --out runs/ladder --plot-only \
@@ -176,7 +177,7 @@ def plot(summary: dict[str, object], figure: Path, title: str) -> None:
     """``svm_affnist_a`` (mean and sd over seeds) of each curve against training steps."""
     fig, ax = plt.subplots(figsize=(7, 4))
     steps = sorted(int(s) for s in summary if s != "pixels")
-    for label, _, _ in CURVES:
+    for i, (label, _, _) in enumerate(CURVES):
         pts = [
             (s, summary[str(s)][label])  # type: ignore[index]
             for s in steps
@@ -184,13 +185,15 @@ def plot(summary: dict[str, object], figure: Path, title: str) -> None:
         ]
         if not pts:
             continue
-        xs = [s for s, _ in pts]
+        xs = [s * 1.03 ** (i - 1) for s, _ in pts]  # nudged apart so the error bars show
         ys = [p["mean"] for _, p in pts]
         sd = [p["sd"] for _, p in pts]
         ax.errorbar(xs, ys, yerr=sd, marker="o", ms=4, capsize=3, label=label)
     if "pixels" in summary:
         ax.axhline(float(summary["pixels"]), color="gray", ls="--", label="raw pixels")  # type: ignore[arg-type]
     ax.set_xscale("log")
+    ax.set_xticks(steps, [str(s) for s in steps])
+    ax.minorticks_off()
     ax.set_xlabel("training steps (batch 32)")
     ax.set_ylabel("svm_affnist_a (%)")
     ax.set_title(title, fontsize=9)
@@ -235,7 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--figure", type=Path, help="default: <out>/sparsecaps_ladder.png")
     p.add_argument("--plot-only", action="store_true")
-    p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides for every run",
+    )
     args = p.parse_args(argv)
     figure = args.figure or args.out / "sparsecaps_ladder.png"
     if not args.plot_only:

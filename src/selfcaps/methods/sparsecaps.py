@@ -45,7 +45,8 @@ used for classification and reconstruction": ``masked`` for ``sparse``, and
 the official test split under ``<root>/affNIST`` when present, else
 ``affnist_like`` (MNIST test digits distorted with affNIST's published
 ranges); ``affnist_source`` says which. ``eval.svm_max_train`` caps the SVM
-training sets (a seeded random subset is encoded), for CPU time.
+training sets and ``eval.svm_max_test`` the MNIST test images (seeded random
+subsets are encoded), for CPU time.
 """
 
 from __future__ import annotations
@@ -403,7 +404,10 @@ class SparseCaps(CapsuleMethod):
         train = dm.split("train")
         train_idx = self._subset(len(train), max_train, 0x5F17)
         tr, tr_y = self._encode(train, kinds, train_idx)
-        te, te_y = self._encode(dm.split("test"), kinds + stats)
+        test = dm.split("test")
+        max_test = int(e.svm_max_test) if e.get("svm_max_test") else None
+        test_idx = self._subset(len(test), max_test, 0x7E57)
+        te, te_y = self._encode(test, kinds + stats, test_idx)
         self._test_stats = (te["support"], te["ranks"].long(), te["mask"])
         feats = {"mnist": ((tr, tr_y), (te, te_y))}
         metrics: dict[str, float | int | str] = {
@@ -412,6 +416,7 @@ class SparseCaps(CapsuleMethod):
             "svm_c": float(e.svm_c),
             "svm_gamma": float(e.svm_gamma),
             "svm_train_mnist": len(train_idx),
+            "svm_test_mnist": len(test_idx),
         }
         if e.affnist != "none":
             aff, metrics["affnist_source"] = self._affnist(dm)
