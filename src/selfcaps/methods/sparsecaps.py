@@ -1,16 +1,19 @@
 r"""How SparseCaps learns: reconstruction through a routing-ranked sparse mask, with boosting.
 
-Training (paper section 2, reference ``experiment.py``): MNIST digits placed in
-a 40x40 canvas with random integer shifts of up to +/-6 pixels go through the
-capsule autoencoder of :mod:`selfcaps.models.sparsecaps`; the loss is the sum
-of squared pixel errors per image, averaged over the batch; Adam, lr 1e-3
-decayed by 0.96 every 2,000 steps (``optim.scheduler=step`` with
-``optim.staircase=false``: smoothly, :math:`10^{-3} \cdot 0.96^{t / 2000}`,
-floored at ``optim.min_lr`` 1e-6, as the reference code's
-``tf.train.exponential_decay``; ``staircase=true``: in stairs), batch 128, 30,000 steps. After every
-training batch of the ``sparse`` variant, the winner frequencies update the
-lifetime-boosting state (Algorithm 1), which lives in buffers of the network
-and is therefore checkpointed and resumed with it.
+Training: MNIST digits placed in a 40x40 canvas with random integer shifts of
+up to +/-6 pixels (the reference code's ``--shift=6 --pad=6``; the paper, section
+3.2: "only translations are varied at training time") go through the capsule
+autoencoder of :mod:`selfcaps.models.sparsecaps`; the loss is the sum of squared
+pixel errors per image, averaged over the batch; batch 128, 30,000 steps (paper
+section 3). Adam, lr 1e-3 decayed by 0.96 every 2,000 steps (the reference
+code's; the paper gives no schedule): with ``optim.scheduler=step`` and
+``optim.staircase=false`` smoothly, :math:`10^{-3} \cdot 0.96^{t / 2000}`
+floored at ``optim.min_lr`` 1e-6, as ``tf.train.exponential_decay``; with
+``staircase=true`` in stairs. After every training batch of the ``sparse``
+variant, the winner frequencies update the lifetime-boosting state (Algorithm
+1), which lives in buffers of the network and is therefore checkpointed and
+resumed with it. ``docs/methods/sparsecaps.md`` tabulates every setting where
+the paper, the reference code and selfcaps differ.
 
 Variants (``--variant``): ``sparse`` (the method), ``dense`` (no mask: every
 capsule reaches the decoder) and ``supervised`` (SUPCAPS, Sabour et al.'s
