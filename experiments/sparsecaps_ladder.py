@@ -13,7 +13,8 @@ it as a horizontal line.
 Finished runs (a ``metrics.json`` in their directory) are skipped, so the
 script can be stopped and rerun to extend the ladder. After every run it
 rewrites ``ladder.csv`` (one row per run), ``ladder.json`` (mean, standard
-deviation and paired sparse - dense differences per rung) and the figure.
+deviation and paired sparse - dense differences per rung), ``ladder.md`` (the
+same as a markdown table) and the figure.
 
 Examples:
     python experiments/sparsecaps_ladder.py --data-root DIR --out runs/ladder \
@@ -205,6 +206,27 @@ def plot(summary: dict[str, object], figure: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _cell(entry: object) -> str:
+    if not isinstance(entry, dict):
+        return "-"
+    return f"{entry['mean']:.2f} +/- {entry['sd']:.2f}"
+
+
+def markdown(summary: dict[str, object]) -> str:
+    """The summary as a markdown table: one row per rung, mean +/- sd over seeds."""
+    diffs = [f"sparse ({kind}) - dense, paired" for kind in ("masked", "unmasked")]
+    head = ["steps", "seeds", *(label for label, _, _ in CURVES), *diffs]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for steps in sorted(int(s) for s in summary if s != "pixels"):
+        rung = summary[str(steps)]
+        n = max((e["n"] for e in rung.values() if isinstance(e, dict)), default=0)  # type: ignore[union-attr]
+        cells = [_cell(rung.get(key)) for key in head[2:]]  # type: ignore[union-attr]
+        lines.append("| " + " | ".join([str(steps), str(n), *cells]) + " |")
+    if "pixels" in summary:
+        lines.append(f"\nraw pixels (same fit and test images): {float(summary['pixels']):.2f}")  # type: ignore[arg-type]
+    return "\n".join(lines) + "\n"
+
+
 def write_outputs(out: Path, figure: Path) -> None:
     """``ladder.csv``, ``ladder.json`` and the figure from the finished runs."""
     rows = collect(out)
@@ -216,6 +238,7 @@ def write_outputs(out: Path, figure: Path) -> None:
         writer.writerows(rows)
     summary = summarise(rows)
     (out / "ladder.json").write_text(json.dumps(summary, indent=2))
+    (out / "ladder.md").write_text(markdown(summary))
     seeds = len({r["seed"] for r in rows})
     source = str(rows[0]["affnist_source"]).split(" (")[0]
     title = (
