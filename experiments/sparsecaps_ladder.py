@@ -227,6 +227,41 @@ def markdown(summary: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare(out: Path, baseline: Path) -> str:
+    """Markdown: ``out``'s runs minus ``baseline``'s runs of the same steps, variant and seed.
+
+    For a ladder run with one setting changed (e.g. ``--set model.support=chunk``)
+    against the ladder without it; also each run minus the baseline's ``dense`` run.
+    """
+    base = {(r["steps"], r["variant"], r["seed"]): r for r in collect(baseline)}
+    lines = [
+        "| steps | variant | feature | minus baseline, paired | minus baseline dense, paired |"
+    ]
+    lines.append("|---|---|---|---|---|")
+    rows = collect(out)
+    for steps, variant in sorted({(r["steps"], r["variant"]) for r in rows}):  # type: ignore[type-var]
+        at = [r for r in rows if r["steps"] == steps and r["variant"] == variant]
+        for kind in ("masked", "unmasked"):
+            key = f"svm_affnist_a_{kind}"
+            same = [
+                float(r[key]) - float(base[steps, variant, r["seed"]][key])  # type: ignore[arg-type]
+                for r in at
+                if (steps, variant, r["seed"]) in base
+            ]
+            dense = [
+                float(r[key]) - float(base[steps, "dense", r["seed"]]["svm_affnist_a_unmasked"])  # type: ignore[arg-type]
+                for r in at
+                if (steps, "dense", r["seed"]) in base
+            ]
+            cells = [
+                f"{m:+.2f} +/- {sd:.2f} (n {len(d)})" if d else "-"
+                for d in (same, dense)
+                for m, sd in [_mean_sd(d) if d else (0.0, 0.0)]
+            ]
+            lines.append(f"| {steps} | {variant} | {kind} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_outputs(out: Path, figure: Path) -> None:
     """``ladder.csv``, ``ladder.json`` and the figure from the finished runs."""
     rows = collect(out)
@@ -262,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--figure", type=Path, help="default: <out>/sparsecaps_ladder.png")
     p.add_argument("--plot-only", action="store_true")
     p.add_argument(
+        "--baseline",
+        type=Path,
+        help="another ladder's --out: write compare.md (this ladder minus it, paired by seed)",
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         nargs="+",
@@ -283,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
                     first = False
                     write_outputs(args.out, figure)
     write_outputs(args.out, figure)
+    if args.baseline:
+        (args.out / "compare.md").write_text(compare(args.out, args.baseline))
     return 0
 
 
