@@ -15,7 +15,8 @@ test images with each network in eval mode and draws:
 
 The statistics and figure specifications are the method's own
 (:mod:`selfcaps.methods.sparsecaps`); this script only loads, encodes and places
-the panels side by side.
+the panels side by side. It prints, per network, the last point of the Fig. 3
+curve and each capsule's share of rank 0 in Fig. 4.
 
 Example:
     python experiments/sparsecaps_mechanism.py --sparse RUNS/sparse_seed0 \
@@ -120,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         curves[name] = ranked_support(support)
         _, ranks = support_and_ranks(net, affnist, args.images)
         what = f"{name}, {ranks.shape[0]} affnist_like test images"
-        rank_specs.append(rank_frequency_plot(rank_frequency(ranks), what))
+        freq = rank_frequency(ranks)
+        rank_specs.append(rank_frequency_plot(freq, what))
+        wins = {j: round(100 * float(f), 1) for j, f in enumerate(freq[:, 0]) if f > 0}
+        last = float(curves[name][-1])
+        print(f"{name}: last-rank support / rank 0 {last:.3f}; rank-0 share % by capsule {wins}")
         with torch.no_grad():
             sweeps.append(equivariance_sweep(net, image, int(label)))
     render_figure(support_plot(curves, args.images), args.out / "sparsecaps_fig3_support.png")
