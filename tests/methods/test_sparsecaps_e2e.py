@@ -77,8 +77,9 @@ def test_metrics_have_the_three_protocols_per_kind(run_dir):
     for protocol in ("mnist", "affnist_a", "affnist_b"):
         for kind in ("unmasked", "masked"):
             assert 0.0 <= m[f"svm_{protocol}_{kind}"] <= 100.0
-        assert m[f"svm_{protocol}"] == m[f"svm_{protocol}_unmasked"]
-    assert m["variant"] == "sparse" and m["feature_kind"] == "unmasked"
+        # eval.feature=output: the paper's v' = m v (section 2.3.1) for the sparse variant
+        assert m[f"svm_{protocol}"] == m[f"svm_{protocol}_masked"]
+    assert m["variant"] == "sparse" and m["feature_kind"] == "masked"
     assert m["affnist_source"].startswith("affnist_like")
     assert m["affnist_fit_images"] == m["affnist_test_images"] == 100
     assert m["svm_train_mnist"] == 64  # train_subset is smaller than svm_max_train
@@ -170,6 +171,8 @@ def test_supervised_evaluation_and_figures_without_training(data_root):
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
     m = method.eval().evaluate(dm)
     assert m["variant"] == "supervised" and m["mask_nonzero"] == 1.0  # the longest capsule
+    assert m["feature_kind"] == "unmasked"  # output: CapsNet's layer outputs v
+    assert m["svm_affnist_a"] == m["svm_affnist_a_unmasked"]
     for key in ("capsnet_acc_mnist", "capsnet_acc_affnist", "svm_affnist_a_masked"):
         assert 0.0 <= m[key] <= 100.0
     assert m["svm_train_mnist"] == m["affnist_fit_images"] == m["affnist_test_images"] == 50
@@ -177,9 +180,12 @@ def test_supervised_evaluation_and_figures_without_training(data_root):
     assert figs["fig2_reconstructions"].images.shape == (4 * 2 * 12, 1, 40, 40)  # 10 capsules
     assert figs["fig2_reconstructions"].nrow == 12
     assert figs["fig5_equivariance"].images.shape == (16 * 11, 1, 40, 40)
-    assert len(figs["fig4_rank_frequency"].values["rank 0 (winner)"]) == 10
+    ranks = figs["fig4_rank_frequency"].series  # one line per capsule, over the 50 affNIST images
+    assert len(ranks) == 10 and all(len(ys) == 10 for _, ys in ranks.values())
+    assert all(sum(ys) == pytest.approx(100.0) for _, ys in ranks.values())
+    assert "50 affNIST test images" in figs["fig4_rank_frequency"].title
     xs, ys = figs["fig3_routing_support"].series["supervised"]
-    assert len(xs) == 10 and sum(ys) == pytest.approx(100.0)
+    assert len(xs) == 10 and ys[0] == 1.0 and sorted(ys, reverse=True) == ys
 
 
 def test_config_errors_name_the_key(data_root, capsys):

@@ -1,13 +1,19 @@
-"""How SparseCaps learns: reconstruction through a routing-ranked sparse mask, with boosting.
+r"""How SparseCaps learns: reconstruction through a routing-ranked sparse mask, with boosting.
 
-Training (paper section 2, reference ``experiment.py``): MNIST digits placed in
-a 40x40 canvas with random integer shifts of up to +/-6 pixels go through the
-capsule autoencoder of :mod:`selfcaps.models.sparsecaps`; the loss is the sum
-of squared pixel errors per image, averaged over the batch; Adam, lr 1e-3
-decayed by 0.96 every 2,000 steps, batch 128, 30,000 steps. After every
-training batch of the ``sparse`` variant, the winner frequencies update the
-lifetime-boosting state (Algorithm 1), which lives in buffers of the network
-and is therefore checkpointed and resumed with it.
+Training: MNIST digits placed in a 40x40 canvas with random integer shifts of
+up to +/-6 pixels (the reference code's ``--shift=6 --pad=6``; the paper, section
+3.2: "only translations are varied at training time") go through the capsule
+autoencoder of :mod:`selfcaps.models.sparsecaps`; the loss is the sum of squared
+pixel errors per image, averaged over the batch; batch 128, 30,000 steps (paper
+section 3). Adam, lr 1e-3 decayed by 0.96 every 2,000 steps (the reference
+code's; the paper gives no schedule): with ``optim.scheduler=step`` and
+``optim.staircase=false`` smoothly, :math:`10^{-3} \cdot 0.96^{t / 2000}`
+floored at ``optim.min_lr`` 1e-6, as ``tf.train.exponential_decay``; with
+``staircase=true`` in stairs. After every training batch of the ``sparse``
+variant, the winner frequencies update the lifetime-boosting state (Algorithm
+1), which lives in buffers of the network and is therefore checkpointed and
+resumed with it. ``docs/methods/sparsecaps.md`` tabulates every setting where
+the paper, the reference code and selfcaps differ.
 
 Variants (``--variant``): ``sparse`` (the method), ``dense`` (no mask: every
 capsule reaches the decoder) and ``supervised`` (SUPCAPS, Sabour et al.'s
@@ -30,14 +36,20 @@ Evaluation (paper section 3.1): an RBF SVM (``eval.svm_c`` 100, ``eval.svm_gamma
 * ``svm_affnist_b`` (protocol b): fit on MNIST training codes, test on the same
   affNIST test images as (a).
 
-Two feature kinds: ``unmasked`` (the 256-D capsules, what the reference code's
-classifier uses) and ``masked`` (eq. 4's ``v' = m v``; for ``dense`` the mask of
-eq. 3 is applied after the fact, for ``supervised`` the longest capsule is
-kept). Keys ``svm_<protocol>_<kind>`` hold both; ``svm_<protocol>`` the kind
-``eval.feature``. affNIST is the official test split under ``<root>/affNIST``
-when present, else ``affnist_like`` (MNIST test digits distorted with
-affNIST's published ranges); ``affnist_source`` says which. ``eval.svm_max_train``
-caps the SVM training sets (a seeded random subset is encoded), for CPU time.
+Two feature kinds: ``unmasked`` (the 256-D capsules ``v``, what the reference
+code's classifier uses) and ``masked`` (eq. 4's ``v' = m v``; for ``dense`` the
+mask of eq. 3 is applied after the fact, for ``supervised`` the longest capsule
+is kept). Keys ``svm_<protocol>_<kind>`` hold both; ``svm_<protocol>`` the kind
+that ``eval.feature`` selects: ``output`` (the paper's reading of section
+2.3.1, "v' (equation 4) replaces v as the output of the latent capsules layer
+used for classification and reconstruction": ``masked`` for ``sparse``, and
+``unmasked`` for ``dense`` and ``supervised``, whose layers output ``v``),
+``unmasked`` or ``masked``; ``feature_kind`` names the kind used. affNIST is
+the official test split under ``<root>/affNIST`` when present, else
+``affnist_like`` (MNIST test digits distorted with affNIST's published
+ranges); ``affnist_source`` says which. ``eval.svm_max_train`` caps the SVM
+training sets and ``eval.svm_max_test`` the MNIST test images (seeded random
+subsets are encoded), for CPU time.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import warnings
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -59,13 +72,21 @@ from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
-from selfcaps.methods.figures import BarPlot, Figure, ImageGrid, LinePlot
+from selfcaps.methods.figures import Figure, ImageGrid, LinePlot
 from selfcaps.models import create_model
 from selfcaps.models.sparsecaps import SUPPORTS, VARIANTS, SparseCapsNet, winner_frequency
 
-__all__ = ["CanvasTransform", "SparseCaps", "reconstruction_loss"]
+__all__ = [
+    "CanvasTransform",
+    "SparseCaps",
+    "equivariance_sweep",
+    "rank_frequency",
+    "ranked_support",
+    "reconstruction_loss",
+]
 
 FEATURE_KINDS = ("unmasked", "masked")
+FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 PROTOCOLS = ("mnist", "affnist_a", "affnist_b")
 
@@ -169,6 +190,7 @@ class SparseCaps(CapsuleMethod):
         loss = self.cfg.loss
         self.margin = MarginLoss(loss.m_pos, loss.m_neg, loss.lambda_)
         self._test_stats: tuple[Tensor, Tensor, Tensor] | None = None
+        self._affnist_ranks: Tensor | None = None
 
     # ------------------------------------------------------------------ network
     @property
@@ -202,6 +224,19 @@ class SparseCaps(CapsuleMethod):
         return cfg
 
     @property
+    def feature_kind(self) -> str:
+        """The feature kind of the headline ``svm_<protocol>`` keys (``eval.feature``).
+
+        ``output`` resolves to the output of the latent capsules layer as the
+        paper defines it (section 2.3.1): ``masked`` (eq. 4) for ``sparse``,
+        ``unmasked`` for ``dense`` and ``supervised``, which have no sparse mask.
+        """
+        feature = str(self.cfg.eval.feature)
+        if feature == "output":
+            return "masked" if self.variant == "sparse" else "unmasked"
+        return feature
+
+    @property
     def sparse_net(self) -> SparseCapsNet:
         """The uncompiled network, typed."""
         net = self.network
@@ -231,7 +266,9 @@ class SparseCaps(CapsuleMethod):
             "0 <= min <= max <= 1",
             (m.boost_min_freq, m.boost_max_freq),
         )
-        _check(e.feature in FEATURE_KINDS, "eval.feature", " | ".join(FEATURE_KINDS), e.feature)
+        _check(e.feature in FEATURE_CHOICES, "eval.feature", " | ".join(FEATURE_CHOICES), e.feature)
+        staircase = cfg.optim.get("staircase", True)
+        _check(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
         _check(e.affnist in AFFNIST_CHOICES, "eval.affnist", " | ".join(AFFNIST_CHOICES), e.affnist)
         _check(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
         _check(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
@@ -245,6 +282,21 @@ class SparseCaps(CapsuleMethod):
             )
 
     # ----------------------------------------------------------------- training
+    def _scheduler(self, opt: torch.optim.Optimizer) -> Any:
+        r"""The base schedules; ``step`` with ``optim.staircase=false`` decays smoothly.
+
+        :math:`\eta_t = \eta_0 \cdot \gamma^{t / s}` with ``gamma`` and ``step_size``
+        ``s`` from ``optim``, floored at ``optim.min_lr``: the reference code's
+        ``tf.train.exponential_decay`` (no stairs), then ``tf.maximum(lr, 1e-6)``
+        (its ``models/model.py``). ``staircase=true`` (or absent) is ``StepLR``.
+        """
+        o = self.cfg.optim
+        if o.scheduler != "step" or o.get("staircase", True):
+            return super()._scheduler(opt)
+        gamma, period = float(o.gamma), float(o.step_size)
+        floor = float(o.get("min_lr", 0.0)) / float(o.lr)
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: max(gamma ** (t / period), floor))
+
     def _objective(self, batch: Any) -> tuple[Tensor, dict[str, Tensor], Any]:
         x, y = batch
         out = self.net(x, labels=y if self.variant == "supervised" else None)
@@ -363,15 +415,19 @@ class SparseCaps(CapsuleMethod):
         train = dm.split("train")
         train_idx = self._subset(len(train), max_train, 0x5F17)
         tr, tr_y = self._encode(train, kinds, train_idx)
-        te, te_y = self._encode(dm.split("test"), kinds + stats)
+        test = dm.split("test")
+        max_test = int(e.svm_max_test) if e.get("svm_max_test") else None
+        test_idx = self._subset(len(test), max_test, 0x7E57)
+        te, te_y = self._encode(test, kinds + stats, test_idx)
         self._test_stats = (te["support"], te["ranks"].long(), te["mask"])
         feats = {"mnist": ((tr, tr_y), (te, te_y))}
         metrics: dict[str, float | int | str] = {
             "variant": self.variant,
-            "feature_kind": str(e.feature),
+            "feature_kind": self.feature_kind,
             "svm_c": float(e.svm_c),
             "svm_gamma": float(e.svm_gamma),
             "svm_train_mnist": len(train_idx),
+            "svm_test_mnist": len(test_idx),
         }
         if e.affnist != "none":
             aff, metrics["affnist_source"] = self._affnist(dm)
@@ -381,7 +437,8 @@ class SparseCaps(CapsuleMethod):
             n_fit = min(int(e.affnist_fit), n - n_test, max_train or n)
             test_idx = order[:n_test].sort().values.tolist()
             fit_idx = order[n_test : n_test + n_fit].sort().values.tolist()
-            af_te, af_te_y = self._encode(aff, [*kinds, "lengths"], test_idx)
+            af_te, af_te_y = self._encode(aff, [*kinds, "lengths", "ranks"], test_idx)
+            self._affnist_ranks = af_te["ranks"].long()
             af_fit, af_fit_y = self._encode(aff, kinds, fit_idx)
             feats["affnist_a"] = ((af_fit, af_fit_y), (af_te, af_te_y))
             feats["affnist_b"] = ((tr, tr_y), (af_te, af_te_y))
@@ -395,7 +452,7 @@ class SparseCaps(CapsuleMethod):
                 gamma = "scale" if kind == "pixels" else float(e.svm_gamma)
                 res = svm_probe(fit[kind], fit_y, test[kind], test_y, C=float(e.svm_c), gamma=gamma)
                 metrics[f"svm_{protocol}_{kind}"] = float(res["top1"])
-            metrics[f"svm_{protocol}"] = metrics[f"svm_{protocol}_{e.feature}"]
+            metrics[f"svm_{protocol}"] = metrics[f"svm_{protocol}_{self.feature_kind}"]
         metrics.update(self._routing_metrics(*self._test_stats))
         if self.variant == "supervised":
             metrics["capsnet_acc_mnist"] = _length_accuracy(te["lengths"], te_y)
@@ -416,7 +473,12 @@ class SparseCaps(CapsuleMethod):
 
     # ------------------------------------------------------------------- figures
     def figures(self, dm: Any) -> dict[str, Figure]:
-        """Paper Figs. 2-5 (reconstructions, routing support, rank frequency, equivariance)."""
+        """Paper Figs. 2-5 (reconstructions, routing support, rank frequency, equivariance).
+
+        Fig. 3 uses the MNIST test split; Fig. 4 the affNIST test images of
+        protocol (a) when they were evaluated (the paper's Fig. 4: "over 10,000
+        affNIST test images"), else the MNIST test split.
+        """
         was_training = self.training
         self.eval()
         try:
@@ -428,13 +490,23 @@ class SparseCaps(CapsuleMethod):
                         test, ["support", "ranks", "mask"], self._subset(len(test), n, 0xF16)
                     )
                     self._test_stats = (out["support"], out["ranks"].long(), out["mask"])
-                support, ranks, mask = self._test_stats
+                support, ranks, _ = self._test_stats
+                if self._affnist_ranks is not None:
+                    ranks, where = self._affnist_ranks, "affNIST test images"
+                else:
+                    where = "MNIST test images"
                 images, labels = self._figure_images(dm)
                 return {
                     "fig2_reconstructions": self._fig_reconstructions(images),
-                    "fig3_routing_support": self._fig_support(support),
-                    "fig4_rank_frequency": self._fig_rank_frequency(ranks, mask),
-                    "fig5_equivariance": self._fig_equivariance(images[0], int(labels[0])),
+                    "fig3_routing_support": support_plot(
+                        {self.variant: ranked_support(support)}, support.shape[0]
+                    ),
+                    "fig4_rank_frequency": rank_frequency_plot(
+                        rank_frequency(ranks), f"{self.variant}, {ranks.shape[0]} {where}"
+                    ),
+                    "fig5_equivariance": equivariance_sweep(
+                        self.sparse_net, images[0], int(labels[0])
+                    ),
                 }
         finally:
             self.train(was_training)
@@ -473,60 +545,103 @@ class SparseCaps(CapsuleMethod):
             row_labels=labels,
         )
 
-    def _fig_support(self, support: Tensor) -> LinePlot:
-        """Fig. 3: routing support sorted per image, as a share of the total, averaged."""
-        share = support / support.sum(1, keepdim=True).clamp_min(1e-12)
-        ranked = share.sort(dim=1, descending=True).values.mean(0)
-        L = ranked.numel()
-        xs = [float(i) for i in range(L)]
-        return LinePlot(
-            {
-                self.variant: (xs, [100.0 * float(s) for s in ranked]),
-                "uniform": (xs, [100.0 / L] * L),
-            },
-            xlabel="rank of the latent capsule (0 = most routing support)",
-            ylabel="share of routing support (%)",
-            title=f"ranked aggregate routing coefficients ({self.variant}, {support.shape[0]} "
-            "test images)",
-        )
 
-    def _fig_rank_frequency(self, ranks: Tensor, mask: Tensor) -> BarPlot:
-        """Fig. 4: how often each latent capsule ranks first, and how often it is unmasked."""
-        active = (mask > 0).float().mean(0)
-        L = ranks.shape[1]
-        return BarPlot(
-            {
-                "rank 0 (winner)": [100.0 * float(f) for f in winner_frequency(ranks)],
-                "mask > 0": [100.0 * float(f) for f in active],
-            },
-            labels=[str(j) for j in range(L)],
-            xlabel="latent capsule",
-            ylabel="% of test images",
-            title=f"rank frequency of each latent capsule ({self.variant}, {ranks.shape[0]} "
-            "test images)",
-        )
+def ranked_support(support: Tensor) -> Tensor:
+    r"""Paper Fig. 3: each image's routing support :math:`\psi` sorted, relative to its rank 0.
 
-    def _fig_equivariance(self, x: Tensor, label: int) -> ImageGrid:
-        """Fig. 5: each parameter of the most active capsule set to -1, -0.8, ..., 1."""
-        net = self.sparse_net
-        v, psi = net.encode(x.unsqueeze(0))
-        if self.variant == "supervised":
-            top = int(caps_length(v)[0].argmax())
-        else:
-            top = int(net.rank(psi)[0].argmin())
-        mask = net.decoder_mask(v, net.rank(psi), None)
-        mask[:, top] = 1.0
-        values = torch.linspace(-1.0, 1.0, 11, device=v.device)
-        D = v.shape[2]
-        swept = (v * mask.unsqueeze(-1)).repeat(D * len(values), 1, 1)
-        for d in range(D):
-            swept[d * len(values) : (d + 1) * len(values), top, d] = values
-        return ImageGrid(
-            net.decode(swept).cpu(),
-            nrow=len(values),
-            title=(
-                f"{self.variant}: capsule {top} (most active) of a test '{label}', "
-                "one parameter per row set to -1.0 ... 1.0 in steps of 0.2"
-            ),
-            row_labels=[f"dim {d}" for d in range(D)],
-        )
+    "We rank latent capsules by their aggregate routing coefficients
+    :math:`\psi_j` ... The ranked values are scaled by :math:`\psi_j` of the
+    capsule with rank 0", averaged over images. Unboosted support, so that a
+    sparse and a dense network are compared on the routing alone.
+
+    Args:
+        support: ``(N, L)`` routing support of ``N`` images.
+
+    Returns:
+        ``(L,)``: the mean over images of the ``r``-th largest support divided by the largest.
+
+    Examples:
+        >>> ranked_support(torch.tensor([[1.0, 4.0, 2.0], [3.0, 3.0, 3.0]]))
+        tensor([1.0000, 0.7500, 0.6250])
+    """
+    ranked = support.sort(dim=1, descending=True).values
+    return (ranked / ranked[:, :1].clamp_min(1e-12)).mean(0)
+
+
+def rank_frequency(ranks: Tensor) -> Tensor:
+    """Paper Fig. 4: how often each capsule achieves each rank.
+
+    Args:
+        ranks: ``(N, L)`` ranks (a permutation of ``0 .. L-1`` per image).
+
+    Returns:
+        ``(L, L)``: entry ``[j, r]`` is the fraction of images in which capsule ``j``
+        has rank ``r``; rows and columns sum to 1.
+
+    Examples:
+        >>> rank_frequency(torch.tensor([[0, 1], [0, 1], [1, 0]]))
+        tensor([[0.6667, 0.3333],
+                [0.3333, 0.6667]])
+    """
+    L = ranks.shape[1]
+    return F.one_hot(ranks.long(), L).float().mean(0)
+
+
+def support_plot(curves: dict[str, Tensor], images: int) -> LinePlot:
+    """Fig. 3 as a line plot: one :func:`ranked_support` curve per network, and uniform."""
+    L = next(iter(curves.values())).numel()
+    xs = [float(r) for r in range(L)]
+    series = {name: (xs, [float(v) for v in c]) for name, c in curves.items()}
+    series["all capsules equal"] = (xs, [1.0] * L)
+    return LinePlot(
+        series,
+        xlabel="rank of the latent capsule (0 = most routing support)",
+        ylabel="support / support of rank 0",
+        title=f"ranked routing support, mean over {images} test images (paper Fig. 3)",
+    )
+
+
+def rank_frequency_plot(freq: Tensor, what: str) -> LinePlot:
+    """Fig. 4 as a line plot: one line per capsule over the ranks (:func:`rank_frequency`)."""
+    L = freq.shape[0]
+    xs = [float(r) for r in range(L)]
+    return LinePlot(
+        {f"capsule {j}": (xs, [100.0 * float(f) for f in freq[j]]) for j in range(L)},
+        xlabel="rank (0 = most boosted support)",
+        ylabel="% of images with this rank",
+        title=f"rank frequency of each latent capsule ({what}; paper Fig. 4)",
+    )
+
+
+def equivariance_sweep(net: SparseCapsNet, x: Tensor, label: int) -> ImageGrid:
+    """Paper Fig. 5: each parameter of the most active capsule set to -1, -0.8, ..., 1.
+
+    The other capsules keep their values and the decoder's mask (eq. 3 for
+    ``sparse``, all ones for ``dense``); the most active capsule is the one of
+    rank 0 (the longest for ``supervised``) and is passed unmasked.
+
+    Args:
+        net: The network (eval mode).
+        x: One image ``(C, H, W)``.
+        label: Its class, for the title.
+    """
+    v, psi = net.encode(x.unsqueeze(0))
+    ranks = net.rank(psi)
+    lengths = caps_length(v)[0]
+    top = int(lengths.argmax() if net.variant == "supervised" else ranks[0].argmin())
+    mask = net.decoder_mask(v, ranks, None)
+    mask[:, top] = 1.0
+    values = torch.linspace(-1.0, 1.0, 11, device=v.device)
+    D = v.shape[2]
+    swept = (v * mask.unsqueeze(-1)).repeat(D * len(values), 1, 1)
+    for d in range(D):
+        swept[d * len(values) : (d + 1) * len(values), top, d] = values
+    return ImageGrid(
+        net.decode(swept).cpu(),
+        nrow=len(values),
+        title=(
+            f"{net.variant}: capsule {top} (most active) of a test '{label}', "
+            "one parameter per row set to -1.0 ... 1.0 in steps of 0.2"
+        ),
+        row_labels=[f"dim {d}" for d in range(D)],
+    )

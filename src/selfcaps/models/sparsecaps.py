@@ -146,7 +146,12 @@ def sparse_mask(ranks: Tensor, gamma: float = 12.0, threshold: float = 0.01) -> 
 
 
 def winner_frequency(ranks: Tensor) -> Tensor:
-    """Fraction of the batch in which each capsule has rank 0 (eq. 5).
+    r"""Fraction of the batch in which each capsule has rank 0 (eq. 5, divided by ``K`` only).
+
+    Eq. 5 divides the count by :math:`K \cdot J`; like the reference code
+    (``winning_frequency``) this divides by the batch size ``K`` alone, so that
+    the frequencies sum to 1 and the paper's bounds 0.04 .. 0.1 bracket the
+    uniform 1/16 ("calculating the uniform frequency as a midpoint", section 4).
 
     Args:
         ranks: ``(B, L)``.
@@ -162,9 +167,9 @@ class LifetimeBoost(nn.Module):
 
     After every training batch, the frequency :math:`f_j` with which capsule
     ``j`` had rank 0 (eq. 5) updates an exponential moving average
-    :math:`\mu_j \leftarrow \alpha \mu_j + (1 - \alpha) f_j` (eq. 6; as in the
+    :math:`\mu_j \leftarrow \alpha \mu_j + (1 - \alpha) f_j` (eqs. 6-7; as in the
     reference code, the first batch initialises :math:`\mu_j = f_j`). Every
-    ``every`` batches the boost values change (eq. 7):
+    ``every`` batches the boost values change (Algorithm 1):
     :math:`g_j \mathrel{+}= d` if :math:`\mu_j < \mu_{min}`, and
     :math:`g_j \leftarrow \max(1, g_j - d)` if :math:`\mu_j > \mu_{max}`.
     Capsules that rarely win get more support, so that all of them learn.
@@ -229,7 +234,7 @@ class LifetimeBoost(nn.Module):
 
     @torch.no_grad()
     def apply_boost(self) -> None:
-        """Eq. 7: raise the boost of rare winners, lower (not below 1) that of frequent ones."""
+        """Algorithm 1: raise the boost of rare winners, lower (not below 1) that of common ones."""
         g = torch.where(self.freq_ema < self.min_freq, self.boost + self.step, self.boost)
         lowered = torch.clamp(g - self.step, min=1.0)
         self.boost.copy_(torch.where(self.freq_ema > self.max_freq, lowered, g))
@@ -287,9 +292,9 @@ class SparseCapsNet(nn.Module):
         support: Routing support definition, ``"paper"`` or ``"chunk"`` (:func:`routing_support`).
         mask_gamma: :math:`\gamma` of eq. 3 (12).
         mask_threshold: Mask values below this become 0 (0.01).
-        boost_ema: :math:`\alpha` of eq. 6 (0.99).
+        boost_ema: :math:`\alpha` of eqs. 6-7 (0.99).
         boost_every: ``N`` of Algorithm 1 (50).
-        boost_step: :math:`d` of eq. 7 (0.1).
+        boost_step: :math:`d` of Algorithm 1 (0.1).
         boost_min_freq: :math:`\mu_{min}` (0.04).
         boost_max_freq: :math:`\mu_{max}` (0.1).
 
