@@ -335,6 +335,8 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     atomic_write_json(out / "metrics.json", metrics)
     _write_figures(method, dm, out)
     _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
+    if (line := method.summary_line(metrics)) is not None:
+        print(line)
     return 0
 
 

@@ -124,3 +124,14 @@ class CoCa(CapsuleMethod):
             metrics["knn_top1_random_init_capsule"] = rand["knn_top1_capsule"]
         metrics["knn_k"], metrics["knn_t"] = int(e.knn_k), float(e.knn_t)
         return metrics
+
+    def summary_line(self, metrics: dict[str, Any]) -> str | None:
+        """``"... trained X vs untrained Y vs pixels Z."``: backbone kNN top-1 of the test split."""
+        keys = ("knn_top1_backbone", "knn_top1_random_init", "knn_top1_pixels")
+        if not all(k in metrics for k in keys):
+            return None
+        trained, untrained, pixels = (float(metrics[k]) for k in keys)
+        return (
+            "kNN top-1 on the test split (backbone feature): "
+            f"trained {trained:.2f} vs untrained {untrained:.2f} vs pixels {pixels:.2f}."
+        )
