@@ -20,9 +20,12 @@ backbone feature, with ``knn_top1_random_init_capsule`` for the capsules).
 
 Deliberate differences from the reference: the best checkpoint is chosen by
 kNN accuracy on a validation split carved from train (the reference picks the
-epoch with the best *test* accuracy); both views go through the network as one
-batch of 2B images (BatchNorm statistics over both views; the reference runs
-two forward passes; ``augment.views_in_one_batch=false`` restores that).
+epoch with the best *test* accuracy), and the kNN bank is that train split (the
+reference's is all 50,000 CIFAR-10 training images). With
+``augment.views_in_one_batch=true`` (the ``quick`` presets) both views go
+through the network as one batch of 2B images, so BatchNorm normalises them with
+shared statistics; ``false`` (the ``paper`` preset) runs one forward pass per
+view, as the paper's Algorithm 1 (lines 16-17) and the reference do.
 """
 
 from __future__ import annotations
