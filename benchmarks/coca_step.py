@@ -14,6 +14,12 @@ network's nominal work. Element-wise operations (squash, softmax, BatchNorm) are
 not counted. The GEMM peak is a 2048^3 fp32 matmul measured in the same run.
 
     python benchmarks/coca_step.py [--batch 128] [--threads 2] [--rounds 3]
+
+``--cpu-time`` times steps in CPU seconds of this process instead of wall seconds: with one
+thread, the time the step takes on an idle core, which a loaded shared machine cannot show on
+the clock. ``--image 1x28`` uses MNIST-size images, ``--augment`` adds the batched SimCLR
+augmentation of uint8 images to every step (as training does), ``--no-reference`` skips
+the (slow) reference-style step.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from _common import gemm_peak_flops, set_threads
 from selfcaps.caps import squash, use_fused_routing
+from selfcaps.data import BatchSimCLRTransform
 from selfcaps.losses import NTXentLoss
 from selfcaps.models.coca import CoCaNet
 
@@ -62,12 +69,23 @@ def reference_ntxent(o1: torch.Tensor, o2: torch.Tensor, t: float) -> torch.Tens
     return (-torch.log(pos / sim.sum(-1))).mean()
 
 
-def make_step(net: torch.nn.Module, x1: torch.Tensor, x2: torch.Tensor, style: str):
+def make_step(
+    net: torch.nn.Module,
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    style: str,
+    augment: BatchSimCLRTransform | None = None,
+    raw: torch.Tensor | None = None,
+):
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-6)
     loss_fn = NTXentLoss(temperature=0.2)
     b = x1.shape[0]
+    g = torch.Generator().manual_seed(0)
 
     def step() -> None:
+        nonlocal x1, x2
+        if augment is not None:
+            x1, x2 = augment(raw, g)
         if style == "ours":
             z = net(torch.cat([x1, x2]))
             loss = loss_fn(z[:b], z[b:])
@@ -82,13 +100,13 @@ def make_step(net: torch.nn.Module, x1: torch.Tensor, x2: torch.Tensor, style: s
     return step
 
 
-def pairs_per_second(step, batch: int, rounds: int) -> float:
+def pairs_per_second(step, batch: int, rounds: int, clock=time.perf_counter) -> float:
     step()
     best = math.inf
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, clock() - t0)
     return batch / best
 
 
@@ -97,43 +115,58 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--image", choices=["3x32", "1x28"], default="3x32")
+    p.add_argument("--augment", action="store_true", help="batched SimCLR views in every step")
+    p.add_argument("--cpu-time", action="store_true", help="time in CPU seconds, not wall")
+    p.add_argument("--no-reference", action="store_true", help="time selfcaps' step only")
     p.add_argument("--reference-repo", help="checkout of github.com/Harsh9524/CoCa to time too")
     args = p.parse_args()
     set_threads(args.threads)
     torch.manual_seed(0)
-    x1, x2 = torch.randn(args.batch, 3, 32, 32), torch.randn(args.batch, 3, 32, 32)
+    chans, size = (int(v) for v in args.image.split("x"))
+    shape = (args.batch, chans, size, size)
+    x1, x2 = torch.randn(shape), torch.randn(shape)
+    raw = torch.randint(0, 256, shape, dtype=torch.uint8)
+    augment = None
+    if args.augment:
+        augment = BatchSimCLRTransform(
+            input_size=size, channels=chans, normalize=((0.5,) * chans, (0.25,) * chans)
+        )
+    clock = time.process_time if args.cpu_time else time.perf_counter
 
-    ours = CoCaNet()
-    step = make_step(ours, x1, x2, "ours")
+    def timed(net: torch.nn.Module, style: str, rounds: int) -> float:
+        step = make_step(net, x1, x2, style, augment, raw)
+        return pairs_per_second(step, args.batch, rounds, clock)
+
+    ours = CoCaNet(in_chans=chans)
     with use_fused_routing(False), FlopCounterMode(display=False) as fc:
-        step()
+        make_step(CoCaNet(in_chans=chans), x1, x2, "ours")()
     flops_per_step = fc.get_total_flops()
-    peak = gemm_peak_flops()
+    peak = math.nan if args.cpu_time else gemm_peak_flops()  # a wall-clock peak
 
-    ref = ReferenceStyleCoCa()
-    results = {
-        "selfcaps": pairs_per_second(step, args.batch, args.rounds),
-        "reference-style": pairs_per_second(
-            make_step(ref, x1, x2, "reference-style"), args.batch, max(1, args.rounds - 1)
-        ),
-    }
+    results = {"selfcaps": timed(ours, "ours", args.rounds)}
+    if not args.no_reference:
+        ref = ReferenceStyleCoCa(in_chans=chans)
+        results["reference-style"] = timed(ref, "reference-style", max(1, args.rounds - 1))
     if args.reference_repo:
         sys.path.insert(0, args.reference_repo)
         convnet = importlib.import_module("convnet")
         real = convnet.ConvNet(16, 32, 16, 1)
-        results["reference repo"] = pairs_per_second(
-            make_step(real, x1, x2, "repo"), args.batch, max(1, args.rounds - 1)
-        )
+        results["reference repo"] = timed(real, "repo", max(1, args.rounds - 1))
     flops_per_pair = flops_per_step / args.batch
     print(
-        f"CoCa training step, batch {args.batch} pairs of 32x32x3, {torch.get_num_threads()} "
-        f"threads; {flops_per_pair / 1e6:.0f} MFLOP per pair (fwd+bwd, GEMM/conv only); "
-        f"GEMM peak {peak / 1e9:.1f} GFLOP/s"
+        f"CoCa training step, batch {args.batch} pairs of {size}x{size}x{chans}"
+        f"{' with batched augmentation' if augment else ''}, {torch.get_num_threads()} "
+        f"threads, {'CPU' if args.cpu_time else 'wall'} time; {flops_per_pair / 1e6:.0f} MFLOP "
+        f"per pair (fwd+bwd, GEMM/conv only); GEMM peak {peak / 1e9:.1f} GFLOP/s "
+        "(wall clock; nan with --cpu-time)"
     )
     for name, pps in results.items():
         print(
             f"  {name:<16} {pps:8.1f} pairs/s   {100 * pps * flops_per_pair / peak:5.1f}% of peak"
         )
+    if "reference-style" not in results:
+        return
     ratio = results["selfcaps"] / results["reference-style"]
     print(
         f"speed-up over the reference-style step: {ratio:.1f}x  (target >= 5x); "

@@ -45,23 +45,10 @@ def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
 
 #: A preset named for its time budget (DESIGN.md: e.g. ``cifar10_1h``) may stop on the clock.
 _TIME_NAMED = r"_\d+(min|h)$"
-#: CoCa's presets are being changed to epoch budgets on another branch (issue 14).
-_PENDING = {"coca"}
 
 
 @pytest.mark.parametrize(
-    ("method", "preset"),
-    [
-        pytest.param(
-            m,
-            p,
-            marks=[pytest.mark.xfail(reason="CoCa presets change elsewhere", strict=False)]
-            if m in _PENDING
-            else [],
-        )
-        for m, ps in list_presets().items()
-        for p in ps
-    ],
+    ("method", "preset"), [(m, p) for m, ps in list_presets().items() for p in ps]
 )
 def test_presets_budget_in_epochs_or_steps(method, preset):
     """The same command gives the same result on a busy machine: no wall-clock budget."""

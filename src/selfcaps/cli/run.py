@@ -378,6 +378,8 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     _print_summary(metrics, out)
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))
+    if (line := method.summary_line(metrics)) is not None:
+        print(line)
     return 0
 
 

@@ -163,6 +163,10 @@ class CapsuleMethod(L.LightningModule):
         """Final evaluation on the test split; returns flat metrics (accuracies in percent)."""
         raise NotImplementedError
 
+    def summary_line(self, metrics: dict[str, Any]) -> str | None:
+        """One plain sentence that ends the console summary of a run (``None``: nothing)."""
+        return None
+
     def model_config(self) -> dict[str, Any]:
         """What rebuilds :attr:`net` via ``selfcaps.create_model`` (written to config.json)."""
         kwargs = {k: v for k, v in OmegaConf.to_container(self.cfg.model).items() if k != "name"}

@@ -20,9 +20,12 @@ backbone feature, with ``knn_top1_random_init_capsule`` for the capsules).
 
 Deliberate differences from the reference: the best checkpoint is chosen by
 kNN accuracy on a validation split carved from train (the reference picks the
-epoch with the best *test* accuracy); both views go through the network as one
-batch of 2B images (BatchNorm statistics over both views; the reference runs
-two forward passes; ``augment.views_in_one_batch=false`` restores that).
+epoch with the best *test* accuracy), and the kNN bank is that train split (the
+reference's is all 50,000 CIFAR-10 training images). With
+``augment.views_in_one_batch=true`` (the ``quick`` presets) both views go
+through the network as one batch of 2B images, so BatchNorm normalises them with
+shared statistics; ``false`` (the ``paper`` preset) runs one forward pass per
+view, as the paper's Algorithm 1 (lines 16-17) and the reference do.
 """
 
 from __future__ import annotations
@@ -145,3 +148,14 @@ class CoCa(CapsuleMethod):
             metrics["knn_top1_random_init_capsule"] = rand["knn_top1_capsule"]
         metrics["knn_k"], metrics["knn_t"] = int(e.knn_k), float(e.knn_t)
         return metrics
+
+    def summary_line(self, metrics: dict[str, Any]) -> str | None:
+        """``"... trained X vs untrained Y vs pixels Z."``: backbone kNN top-1 of the test split."""
+        keys = ("knn_top1_backbone", "knn_top1_random_init", "knn_top1_pixels")
+        if not all(k in metrics for k in keys):
+            return None
+        trained, untrained, pixels = (float(metrics[k]) for k in keys)
+        return (
+            "kNN top-1 on the test split (backbone feature): "
+            f"trained {trained:.2f} vs untrained {untrained:.2f} vs pixels {pixels:.2f}."
+        )

@@ -23,9 +23,10 @@ The reference initialises convolutions with ``kaiming_uniform_`` (gain
 (``selfcaps.caps`` memory order): a permutation of the children of a fully
 connected layer, so the two define the same family of networks.
 
-Parameters: the paper's table counts about 780K; the reference network has
-about 2.05M, of which the routing matrices are 512 x 10 x 16 x 16 = 1.31M.
-``selfcaps profile coca`` prints the true figures.
+Parameters: the paper gives "780K" (Table II) and "734,800" (section III.B),
+which is this network without its routing matrices; the reference network, like
+this one, has about 2.05M, of which the routing matrices are
+512 x 10 x 16 x 16 = 1.31M. ``selfcaps profile coca`` prints the true figures.
 """
 
 from __future__ import annotations
