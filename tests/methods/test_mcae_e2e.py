@@ -27,7 +27,6 @@ TINY = [
     "model.encoder_caps=4",
     "model.decoder_caps=1",
     "model.decoder_dim=4",
-    "model.class_caps_dim=4",
 ]
 
 

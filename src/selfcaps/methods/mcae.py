@@ -191,10 +191,16 @@ class MCAE(CapsuleMethod):
     def model_config(self) -> dict[str, Any]:
         """Model name and kwargs, with the data's channels, classes and input size."""
         cfg = super().model_config()
+        standardized = str(self.cfg.data.name).startswith("smallnorb")
         cfg["model_kwargs"].update(
             in_chans=self.info.channels,
             num_classes=self.info.num_classes,
             img_size=_input_size(self.cfg),
+            # The normalisation the transforms apply, undone for target=pixels. smallNORB
+            # is standardised per image, which the batch cannot undo: its target is the
+            # standardised image.
+            pixel_mean=None if standardized else [float(v) for v in self.info.mean],
+            pixel_std=None if standardized else [float(v) for v in self.info.std],
         )
         return cfg
 
@@ -420,7 +426,12 @@ class MCAE(CapsuleMethod):
             masked, recon = self.mcae.reconstruct(self.mcae.forward_pretrain(x, generator=g))
         finally:
             self.train(was)
-        rows = [self._displayable(t, x) for t in (masked, recon, x)]
+        # Reconstructions are in the target's space: the input's (normalised, or smallNORB's
+        # standardised) or pixel values.
+        smallnorb = str(self.cfg.data.name).startswith("smallnorb")
+        input_space = self.mcae.target == "normalized" or smallnorb
+        rows = [self._displayable(t, x, input_space) for t in (masked, recon)]
+        rows.append(self._displayable(x, x, True))
         return ImageGrid(
             torch.cat(rows).cpu(),
             nrow=len(idx),
@@ -428,8 +439,14 @@ class MCAE(CapsuleMethod):
             row_labels=["masked input", "reconstruction", "original"],
         )
 
-    def _displayable(self, t: Tensor, original: Tensor) -> Tensor:
-        """Undo the normalisation (or, for per-image standardisation, the original's range)."""
+    def _displayable(self, t: Tensor, original: Tensor, normalized: bool) -> Tensor:
+        """Images in ``[0, 1]``: undo the input's normalisation, or clamp pixel values.
+
+        With ``normalized`` the normalisation is undone (smallNORB: mapped to the
+        original's range); otherwise ``t`` holds pixel values and is clamped.
+        """
+        if not normalized:
+            return t.clamp(0, 1)
         if str(self.cfg.data.name).startswith("smallnorb"):
             lo = original.amin(dim=(1, 2, 3), keepdim=True)
             hi = original.amax(dim=(1, 2, 3), keepdim=True)
