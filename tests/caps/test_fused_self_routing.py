@@ -69,3 +69,13 @@ def test_weighted_vote_sum_against_a_loop():
             torch.testing.assert_close(out[j, :, b], expected)
     with pytest.raises(ValueError, match="shape mismatch"):
         fsr.weighted_vote_sum(u, w, ca[:, :, :1].expand(N, M, 3))
+
+
+def test_inference_mode_then_training_reuses_no_inference_buffer():
+    """Validation runs in inference mode; the training step after it must still work."""
+    args = _inputs(3, 4, 2, 2, 2)
+    with torch.inference_mode():
+        fsr.fused_self_routing(*[a.detach() for a in args])
+    v, _ = fsr.fused_self_routing(*args)
+    v.sum().backward()
+    assert args[0].grad is not None

@@ -46,6 +46,24 @@ __all__ = ["fused_self_routing", "weighted_vote_sum"]
 _CHUNK_ELEMENTS = 1 << 19  # elements of Y per chunk: 2 MB in float32
 
 
+class _Fresh:
+    """Freshly allocated chunk buffers, for inference mode.
+
+    Cached buffers created there would be inference tensors, which a later training
+    step may not write to.
+    """
+
+    def __init__(self, ref: Tensor) -> None:
+        self.ref = ref
+
+    def get(self, name: str, *shape: int) -> Tensor:
+        return self.ref.new_empty(shape)
+
+
+def _workspace(ref: Tensor) -> _Workspace | _Fresh:
+    return _Fresh(ref) if torch.is_inference_mode_enabled() else _Workspace(ref)
+
+
 def _batch_chunk(batch: int, per_sample: int) -> int:
     return max(1, min(batch, _CHUNK_ELEMENTS // max(per_sample, 1)))
 
@@ -66,7 +84,7 @@ class _WeightedVoteSum(torch.autograd.Function):
         D = weight.shape[-1] // M
         wt = weight.view(N * C, M, D).permute(1, 2, 0).contiguous()  # W_j^T, (M, D, N*C)
         out = u.new_empty(M, D, B)
-        ws, bc = _Workspace(u), _batch_chunk(B, N * C)
+        ws, bc = _workspace(u), _batch_chunk(B, N * C)
         for b in range(0, B, bc):
             nb = min(bc, B - b)
             u_b, y, o = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("o", D, nb)
@@ -89,7 +107,7 @@ class _WeightedVoteSum(torch.autograd.Function):
         grad_u = torch.zeros_like(u) if need_u else None
         grad_wt = torch.zeros_like(wt) if need_w else None
         grad_ca = torch.empty_like(ca) if need_ca else None
-        ws, bc = _Workspace(u), _batch_chunk(B, N * C)
+        ws, bc = _workspace(u), _batch_chunk(B, N * C)
         for b in range(0, B, bc):
             nb = min(bc, B - b)
             u_b, y, h = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("h", N, C, nb)

@@ -4,31 +4,29 @@
 evaluation protocol on its best checkpoint; results are printed and merged
 into the run's ``metrics.json`` (atomically) under keys prefixed by the
 protocol, e.g. ``linear_top1_backbone``.
+
+Label efficiency (every method): ``--label-fraction F`` or ``--labels-per-class N``
+trains the ``linear``, ``svm`` or ``finetune`` protocol on a stratified labelled
+subset of the training split, fixed by ``--label-seed`` (default: the run's seed;
+:mod:`selfcaps.eval.labels`); validation and test stay whole. The keys then end in
+the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels.
+A method that finetunes its own classifier (MCAE's class capsules) does so for
+``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from omegaconf import OmegaConf
+if TYPE_CHECKING:  # heavy modules are imported inside the functions that use them
+    from torch.utils.data import DataLoader
 
-from selfcaps.cli.config import (
-    ConfigError,
-    default_preset,
-    load_config,
-    load_yaml,
-    parse_overrides,
-)
-from selfcaps.cli.run import resolve_data_root
-from selfcaps.eval import finetune, format_profile, linear_probe, profile_model, svm_probe
-from selfcaps.methods import CapsuleMethod, get_method, list_methods
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.evaluation import collect_features, knn_metrics
-from selfcaps.methods.io import atomic_write_json, load_checkpoint
+    from selfcaps.methods import CapsuleMethod
+    from selfcaps.methods.datamodule import SelfcapsDataModule
 
 __all__ = ["PROTOCOLS", "add_eval_arguments", "add_profile_arguments", "cmd_eval", "cmd_profile"]
 
@@ -42,17 +40,41 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feature", help="feature kind (default: the method's monitor feature)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--data-root", help="dataset root (default: the run's)")
+    labels = p.add_mutually_exclusive_group()
+    labels.add_argument(
+        "--label-fraction",
+        type=float,
+        metavar="F",
+        help="train the protocol on this stratified share of the training labels (e.g. 0.1)",
+    )
+    labels.add_argument(
+        "--labels-per-class",
+        type=int,
+        metavar="N",
+        help="train the protocol on N labelled training images per class",
+    )
+    p.add_argument(
+        "--label-seed", type=int, help="seed of the labelled subset (default: the run's seed)"
+    )
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``selfcaps profile``."""
-    p.add_argument("method", help=f"one of: {', '.join(list_methods())}")
+    p.add_argument("method", help="a method name (selfcaps list methods)")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     p.add_argument("--preset", help="default: quick_<data> if the method has one, else quick")
     p.add_argument("--data", help="dataset whose image shape to profile (default: the preset's)")
 
 
 def _load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModule]:
+    from omegaconf import OmegaConf
+
+    from selfcaps.cli.config import ConfigError, load_yaml
+    from selfcaps.cli.run import resolve_data_root
+    from selfcaps.methods import get_method
+    from selfcaps.methods.datamodule import SelfcapsDataModule
+    from selfcaps.methods.io import load_checkpoint
+
     cfg_path = args.run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
@@ -67,6 +89,10 @@ def _load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModu
 
 
 def _feature_kind(method: CapsuleMethod, requested: str | None) -> str:
+    import torch
+
+    from selfcaps.cli.config import ConfigError
+
     kind = requested or method.monitor_feature
     with torch.no_grad():
         x = method.example_input()
@@ -79,23 +105,93 @@ def _feature_kind(method: CapsuleMethod, requested: str | None) -> str:
     return kind
 
 
-def _probe_features(method: CapsuleMethod, dm: SelfcapsDataModule, kind: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LabelSubset:
+    """A label-efficiency request: ``fraction`` or ``per_class`` labelled images, ``seed``."""
+
+    fraction: float | None = None
+    per_class: int | None = None
+    seed: int = 0
+
+    @property
+    def suffix(self) -> str:
+        """Metrics-key suffix, e.g. ``_lf10``."""
+        from selfcaps.eval.labels import label_suffix
+
+        return label_suffix(self.fraction, self.per_class)
+
+    def indices(self, train: Any) -> list[int]:
+        """Indices of the labelled images in the raw training split ``train``."""
+        from selfcaps.eval.labels import dataset_targets, stratified_label_indices
+
+        return stratified_label_indices(
+            dataset_targets(train), fraction=self.fraction, per_class=self.per_class, seed=self.seed
+        ).tolist()
+
+
+def _eval_split(dm: SelfcapsDataModule, split: str, labels: LabelSubset | None) -> DataLoader:
+    """A split through the evaluation transform; ``train`` restricted to the labelled images."""
+    if split != "train" or labels is None:
+        return dm.eval_loader(split)
+    from torch.utils.data import DataLoader, Subset
+
+    from selfcaps.methods.datamodule import TransformDataset
+
+    train = dm.split("train")
+    subset = Subset(train, labels.indices(train))
+    return DataLoader(
+        TransformDataset(subset, dm.eval_transform), batch_size=int(dm.cfg.data.eval_batch_size)
+    )
+
+
+def _probe_features(
+    method: CapsuleMethod, dm: SelfcapsDataModule, kind: str, labels: LabelSubset | None
+) -> dict[str, Any]:
+    from selfcaps.methods.evaluation import collect_features
+
     out = {}
     for split in ("train", "val", "test"):
-        feats, labels = collect_features(method, dm.eval_loader(split), method.features, [kind])
-        out[split] = (feats[kind], labels)
+        loader = _eval_split(dm, split, labels)
+        feats, targets = collect_features(method, loader, method.features, [kind])
+        out[split] = (feats[kind], targets)
     return out
 
 
 def run_protocol(
-    method: CapsuleMethod, dm: SelfcapsDataModule, protocol: str, kind: str
+    method: CapsuleMethod,
+    dm: SelfcapsDataModule,
+    protocol: str,
+    kind: str,
+    labels: LabelSubset | None = None,
+    own_classifier: bool = False,
 ) -> dict[str, float | int | str]:
-    """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys."""
+    """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys.
+
+    Args:
+        method: The trained method (weights loaded, ``eval()``).
+        dm: Its data.
+        protocol: ``knn``, ``linear``, ``svm`` or ``finetune``.
+        kind: Feature kind for the probes and the generic finetuning.
+        labels: Train on a labelled subset of the training split (not for ``knn``); keys
+            then end in ``labels.suffix``.
+        own_classifier: ``finetune`` the method's own classifier (``finetune_classifier``,
+            MCAE) instead of the feature with a linear head.
+    """
+    from selfcaps.cli.config import ConfigError
+    from selfcaps.eval import finetune, linear_probe, svm_probe
+    from selfcaps.methods.evaluation import knn_metrics
+
     e, nc = method.cfg.eval, method.info.num_classes
+    sfx = labels.suffix if labels is not None else ""
     if protocol == "knn":
+        if labels is not None:
+            raise ConfigError(
+                "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
+                "protocols, not knn"
+            )
         return knn_metrics(method, dm, method.features, [kind], nc)
     if protocol in ("linear", "svm"):
-        f = _probe_features(method, dm, kind)
+        f = _probe_features(method, dm, kind, labels)
         (tr, ytr), (va, yva), (te, yte) = f["train"], f["val"], f["test"]
         if protocol == "linear":
             res = linear_probe(tr, ytr, te, yte, nc, val_f=va, val_y=yva, epochs=e.linear_epochs)
@@ -104,16 +200,27 @@ def run_protocol(
                 tr, ytr, te, yte, C=e.svm_c, gamma=e.svm_gamma, max_train=e.svm_max_train
             )
         return {
-            f"{protocol}_top1_{kind}": float(res["top1"]),
-            f"{protocol}_top5_{kind}": float(res["top5"]),
+            f"{protocol}_top1_{kind}{sfx}": float(res["top1"]),
+            f"{protocol}_top5_{kind}{sfx}": float(res["top5"]),
+            **_subset_size(f["train"][1], sfx),
         }
-    backbone = _FeatureBackbone(method, kind)
+    if own_classifier:
+        labelled = labels.indices(dm.split("train")) if labels is not None else None
+        _, res = method.finetune_classifier(dm, labelled=labelled)  # type: ignore[attr-defined]
+        return {
+            f"finetune_top1{sfx}": float(res["test_top1"]),
+            f"finetune_top5{sfx}": float(res["test_top5"]),
+            f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
+            **({f"labelled_images{sfx}": len(labelled)} if labelled is not None else {}),
+        }
+    backbone = _feature_backbone(method, kind)
     dim = int(backbone(method.example_input(2)).shape[1])
+    train = _eval_split(dm, "train", labels).dataset
     res = finetune(
         backbone,
         dim,
         nc,
-        dm.eval_loader("train").dataset,
+        train,
         dm.eval_loader("val").dataset,
         dm.eval_loader("test").dataset,
         epochs=int(e.finetune_epochs),
@@ -123,28 +230,50 @@ def run_protocol(
         seed=int(method.cfg.seed),
     )
     return {
-        f"finetune_top1_{kind}": float(res["test_top1"]),
-        f"finetune_top5_{kind}": float(res["test_top5"]),
-        "finetune_best_epoch": int(res["best_epoch"]) + 1,
+        f"finetune_top1_{kind}{sfx}": float(res["test_top1"]),
+        f"finetune_top5_{kind}{sfx}": float(res["test_top5"]),
+        f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
+        **_subset_size(train, sfx),
     }
 
 
-class _FeatureBackbone(torch.nn.Module):
-    """The method's network as a feature extractor of one kind (for finetuning)."""
+def _subset_size(train: Any, sfx: str) -> dict[str, int]:
+    """``labelled_images<sfx>``: how many labelled images trained the protocol (subsets only)."""
+    return {f"labelled_images{sfx}": len(train)} if sfx else {}
 
-    def __init__(self, method: CapsuleMethod, kind: str) -> None:
-        super().__init__()
-        self.method, self.kind = method, kind
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.method.features(x)[self.kind].flatten(1)
+def _feature_backbone(method: CapsuleMethod, kind: str) -> Any:
+    """The method's network as an ``nn.Module`` giving features of one kind (for finetuning)."""
+    from torch import Tensor, nn
+
+    class FeatureBackbone(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.method = method
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.method.features(x)[kind].flatten(1)
+
+    return FeatureBackbone()
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
+    from selfcaps.cli.config import ConfigError
+    from selfcaps.methods.io import atomic_write_json
+
     method, dm = _load_run(args)
     kind = _feature_kind(method, args.feature)
-    metrics = run_protocol(method, dm, args.protocol, kind)
+    labels = None
+    if args.label_fraction is not None or args.labels_per_class is not None:
+        seed = int(method.cfg.seed) if args.label_seed is None else args.label_seed
+        labels = LabelSubset(args.label_fraction, args.labels_per_class, seed)
+        try:
+            labels.suffix  # noqa: B018  (validates the request before any work)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    own = args.feature is None and hasattr(method, "finetune_classifier")
+    metrics = run_protocol(method, dm, args.protocol, kind, labels, own_classifier=own)
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(metrics)
@@ -158,6 +287,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """``selfcaps profile``: parameters and FLOPs of a method's network on its data's images."""
+    from selfcaps.cli.config import default_preset, load_config, parse_overrides
+    from selfcaps.eval import format_profile, profile_model
+    from selfcaps.methods import get_method, list_methods
+
     method_cls = get_method(args.method)
     overrides = parse_overrides(args.overrides)
     if args.data:
