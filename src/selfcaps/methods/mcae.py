@@ -6,18 +6,23 @@ network is :class:`selfcaps.models.mcae.MCAENet`.
 Phase 1, pretraining (the engine's Lightning fit, ``trainer.epochs`` epochs,
 ``--pretrain-epochs``): a random ``model.mask_ratio`` of the patch positions is
 removed, the capsule decoder predicts every patch, and the loss is the MSE on the
-masked patches (paper eq. 4; ``loss.masked_only=false`` gives the all-patches
-ablation of Table 3). ``best.ckpt`` is the epoch with the lowest ``val_mse``: the
-masked-patch MSE on the validation split (carved from train) with masks fixed per
-batch, so epochs are compared on the same masks. ``--pretrain-epochs 0`` skips the
-phase (the no-pretraining baseline).
+masked patches against their pixel values (paper eq. 4, ``model.target``;
+``loss.masked_only=false`` gives the all-patches ablation of Table 3).
+``best.ckpt`` is the epoch with the lowest ``val_mse``: the masked-patch MSE on the
+validation split (carved from train) with masks fixed per batch, so epochs are
+compared on the same masks. ``--pretrain-epochs 0`` skips the phase (the
+no-pretraining baseline).
 
 Phase 2, finetuning (in :meth:`MCAE.evaluate`, ``eval.finetune_epochs`` epochs,
 ``--finetune-epochs``): the decoder is dropped, the class-capsule layer is trained
 with the encoder and backbone on the same augmented training split by
 cross-entropy of the position-averaged class activations (a distribution over
-classes, see the model); same optimiser as pretraining, learning rate
-``eval.finetune_lr``, cosine schedule over the finetuning epochs. The epoch with
+classes, see the model); same optimiser as pretraining ("All models use the SGD
+optimizer", section 4.1), learning rate ``eval.finetune_lr``, cosine schedule over
+the finetuning epochs. With ``eval.label_fraction`` or ``eval.labels_per_class``
+it trains on a stratified labelled subset of the training split only
+(:mod:`selfcaps.eval.labels`), the same for a ``--pretrain-epochs 0`` run of the
+same seed. The epoch with
 the lowest validation loss is selected and the test split is evaluated once. Its
 files live under ``<run>/finetune/``: ``metrics.csv``, ``checkpoints/last.ckpt``,
 ``checkpoints/best.ckpt`` and ``model.safetensors`` (+ ``config.json``) of the
