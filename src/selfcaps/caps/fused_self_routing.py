@@ -73,8 +73,11 @@ class _WeightedVoteSum(torch.autograd.Function):
 
     All tensors keep the batch last, so that the element-wise products run along
     contiguous memory and every product is a wide matrix product: ``u (N, C, B)``,
-    ``ca (N, M, B)``, ``wt (M, D, N*C)`` and, per parent ``j`` and batch chunk,
-    ``Y_j (N*C, b)`` with ``Y_j[(i, k), b] = ca[i, j, b] u[i, k, b]``.
+    ``ca (N, M, B)`` and, per parent ``j`` and batch chunk, ``Y_j (N*C, b)`` with
+    ``Y_j[(i, k), b] = ca[i, j, b] u[i, k, b]``. The matrices of parent ``j``,
+    ``W_j = weight.view(N*C, M*D)[:, j*D:(j+1)*D]``, are strided views that the
+    matrix products read in place: the weight (67M values at the ``paper`` sizes)
+    is never copied or transposed.
     """
 
     @staticmethod
@@ -82,7 +85,7 @@ class _WeightedVoteSum(torch.autograd.Function):
         N, C, B = u.shape
         M = ca.shape[1]
         D = weight.shape[-1] // M
-        wt = weight.view(N * C, M, D).permute(1, 2, 0).contiguous()  # W_j^T, (M, D, N*C)
+        w = weight.view(N * C, M * D)
         out = u.new_empty(M, D, B)
         ws, bc = _workspace(u), _batch_chunk(B, N * C)
         for b in range(0, B, bc):
@@ -90,7 +93,8 @@ class _WeightedVoteSum(torch.autograd.Function):
             u_b, y, o = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("o", D, nb)
             for j in range(M):
                 torch.mul(ca[:, j, b : b + nb].unsqueeze(1), u_b, out=y)
-                out[j, :, b : b + nb] = torch.mm(wt[j], y.view(N * C, nb), out=o)
+                w_j = w[:, j * D : (j + 1) * D]  # (N*C, D)
+                out[j, :, b : b + nb] = torch.mm(w_j.t(), y.view(N * C, nb), out=o)
         ctx.save_for_backward(u, weight, ca)
         return out
 
@@ -102,10 +106,11 @@ class _WeightedVoteSum(torch.autograd.Function):
         M = ca.shape[1]
         D = weight.shape[-1] // M
         need_u, need_w, need_ca = ctx.needs_input_grad
-        wt = weight.view(N * C, M, D).permute(1, 2, 0).contiguous()
+        w = weight.view(N * C, M * D)
         grad = grad.contiguous()
         grad_u = torch.zeros_like(u) if need_u else None
-        grad_wt = torch.zeros_like(wt) if need_w else None
+        grad_w = torch.zeros_like(weight) if need_w else None
+        grad_w2 = grad_w.view(N * C, M * D) if grad_w is not None else None
         grad_ca = torch.empty_like(ca) if need_ca else None
         ws, bc = _workspace(u), _batch_chunk(B, N * C)
         for b in range(0, B, bc):
@@ -113,19 +118,17 @@ class _WeightedVoteSum(torch.autograd.Function):
             u_b, y, h = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("h", N, C, nb)
             for j in range(M):
                 c_j, g_j = ca[:, j, b : b + nb].unsqueeze(1), grad[j, :, b : b + nb]
-                if grad_wt is not None:  # dW_j^T += g_j Y_j^T
+                cols = slice(j * D, (j + 1) * D)
+                if grad_w2 is not None:  # dW_j += Y_j g_j^T
                     torch.mul(c_j, u_b, out=y)
-                    grad_wt[j].addmm_(g_j, y.view(N * C, nb).t())
+                    grad_w2[:, cols].addmm_(y.view(N * C, nb), g_j.t())
                 if grad_u is None and grad_ca is None:
                     continue
-                torch.mm(wt[j].t(), g_j, out=h.view(N * C, nb))  # H_j = W_j g_j
+                torch.mm(w[:, cols], g_j, out=h.view(N * C, nb))  # H_j = W_j g_j
                 if grad_u is not None:
                     grad_u[:, :, b : b + nb].addcmul_(c_j, h)
                 if grad_ca is not None:
                     grad_ca[:, j, b : b + nb] = h.mul_(u_b).sum(dim=1)
-        grad_w = None
-        if grad_wt is not None:
-            grad_w = grad_wt.permute(2, 0, 1).reshape(N, C, M * D)
         return grad_u, grad_w, grad_ca
 
 
