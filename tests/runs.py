@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,15 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         selfcaps_cmd(*args), env=subprocess_env(), capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_killed_at(point: str, n: int, *args: str, timeout: float = 600) -> None:
+    """Run ``selfcaps ARGS`` in a subprocess that SIGKILLs itself at ``point`` number ``n``.
+
+    See ``tests/reliability/kill_at.py`` for the points; asserts that the kill happened.
+    """
+    env = subprocess_env()
+    env["PYTHONPATH"] = str(SRC.parent) + os.pathsep + env["PYTHONPATH"]
+    cmd = [sys.executable, "-m", "tests.reliability.kill_at", point, str(n), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == -signal.SIGKILL, f"not killed at {point}: {done.stderr[-3000:]}"

@@ -7,6 +7,7 @@ import pytest
 
 from selfcaps.cli import main
 from selfcaps.cli.bench import BenchRow, collect_rows, render_report
+from selfcaps.cli.provenance import git_commit
 
 TINY = [
     "data.batch_size=32",
@@ -48,6 +49,9 @@ def test_bench_runs_each_pair_and_writes_the_report(bench_dir):
     assert float(rows[0]["top1"]) == m["knn_top1_backbone"]
     assert int(rows[0]["flops_per_image"]) == m["flops_per_image"] > 0
     assert "--max-time 1" in rows[0]["command"]
+    # Each run records the code that produced it, and the report shows it per run.
+    assert m["git_commit"] == rows[0]["git_commit"] == git_commit()
+    assert m["git_commit"] in (out / "report.md").read_text()
 
 
 def test_finished_pairs_are_not_rerun(bench_dir):
@@ -103,3 +107,5 @@ def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
     encapnet = BenchRow("cifar10", "encapnet", tmp_path, ["selfcaps", "run", "encapnet"])
     encapnet.metrics = {"test_top1": 42.05, "variant": "master_aide"}  # no "ot": left out
     assert encapnet.values()["notes"] == "variant master_aide"
+    encapnet.metrics.update(stopped_by="max_time", epochs_trained=1, epochs_planned=3)
+    assert encapnet.values()["notes"] == "variant master_aide; stopped by max_time: 1 of 3 epochs"

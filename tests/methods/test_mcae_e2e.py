@@ -15,7 +15,7 @@ from selfcaps.data import get_dataset
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
 from selfcaps.methods.mcae import MCAE
-from tests.runs import FAST, assert_run_files
+from tests.runs import FAST, assert_run_files, run_killed_at
 
 TINY = [
     *FAST,
@@ -105,20 +105,26 @@ def test_no_pretraining_baseline(tmp_path):
     assert (out / "finetune" / "model.safetensors").is_file()
 
 
-def test_a_run_stopped_during_finetuning_resumes_and_finetunes_again(tmp_path, run_dir):
-    """No metrics.json (the process died in phase 2): --resume keeps the pretrained weights
-    (pretraining is complete in last.ckpt) and redoes finetuning deterministically."""
-    out = tmp_path / "crashed"
-    shutil.copytree(run_dir, out)
-    (out / "metrics.json").unlink()
-    pretrained = load_file(out / "model.safetensors")
+@pytest.mark.slow
+def test_killed_during_finetuning_resumes_and_finetunes_again(tmp_path, run_dir):
+    """A real SIGKILL in finetuning's second epoch (phase 2): --resume keeps the complete
+    pretraining (last.ckpt), takes no extra pretraining step and redoes finetuning; every
+    weight of both phases equals the uninterrupted run's."""
+    out = tmp_path / "killed"
+    args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", "2", "--finetune-epochs", "2"]
+    run_killed_at("finetune_batch", 3, *args, *TINY)
+    assert not (out / "metrics.json").exists()
+    assert load_checkpoint(out / "checkpoints" / "last.ckpt")["resume_at"] == [2, 0]
+    assert (out / "finetune" / "metrics.csv").is_file()  # phase 2 had begun
     assert main(["run", "mcae", "--out", str(out), "--resume", "--no-progress"]) == 0
     before = json.loads((run_dir / "metrics.json").read_text())
     after = json.loads((out / "metrics.json").read_text())
     assert after["steps"] == before["steps"]  # no extra pretraining step
-    assert after["finetune_top1"] == before["finetune_top1"]  # --deterministic in TINY
-    for k, v in load_file(out / "model.safetensors").items():
-        assert torch.equal(v, pretrained[k]), k
+    assert after["finetune_top1"] == before["finetune_top1"]
+    for name in ("model.safetensors", "finetune/model.safetensors"):
+        wa, wb = load_file(run_dir / name), load_file(out / name)
+        for k in wa:
+            assert torch.equal(wa[k], wb[k]), f"{name}: {k}"
 
 
 def test_eval_label_subsets_for_mcae_own_finetuning_and_a_linear_probe(tmp_path, run_dir):

@@ -16,7 +16,7 @@ from selfcaps.cli.config import load_yaml
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
-from tests.runs import FAST, assert_run_files
+from tests.runs import FAST, assert_run_files, run_killed_at
 
 TINY = [
     *FAST,
@@ -103,18 +103,37 @@ def test_sample_command_reproduces_the_run_figures(run_dir, tmp_path):
     assert Image.open(run_dir / "figures/samples.png").size == (20 * 30 + 2, 2 * 30 + 2)
 
 
-def test_resume_after_stage_2_reproduces_the_uninterrupted_run(tmp_path, run_dir):
-    out = tmp_path / "resumed"
-    assert main(["run", "poe", "--out", str(out), "--epochs", "3", "--max-steps", "4", *TINY]) == 0
-    assert json.loads((out / "metrics.json").read_text())["epochs_trained"] == 2
-    assert main(["run", "poe", "--out", str(out), "--resume", "--max-steps", "-1"]) == 0
-    a = json.loads((run_dir / "metrics.json").read_text())
-    b = json.loads((out / "metrics.json").read_text())
+def assert_same_run(a_dir, b_dir):
+    a = json.loads((a_dir / "metrics.json").read_text())
+    b = json.loads((b_dir / "metrics.json").read_text())
     for key in ("recon_caps_mse", "free_energy_gap", "best_epoch", "steps", "purity_mean"):
         assert a[key] == b[key], key
-    wa, wb = load_file(run_dir / "model.safetensors"), load_file(out / "model.safetensors")
+    wa, wb = load_file(a_dir / "model.safetensors"), load_file(b_dir / "model.safetensors")
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("steps", "epochs"), [(4, 2), (5, 2)])
+def test_a_budget_stop_resumes_into_the_uninterrupted_run(tmp_path, run_dir, steps, epochs):
+    """2 steps an epoch: 4 steps end stage 2; 5 stop in stage 3's first batch (the running
+    sum of its capsule poses is in last.ckpt)."""
+    out = tmp_path / "resumed"
+    args = ["run", "poe", "--out", str(out), "--epochs", "3", "--max-steps", str(steps), *TINY]
+    assert main(args) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["epochs_trained"], m["stopped_by"], m["epochs_planned"]) == (epochs, "max_steps", 3)
+    assert main(["run", "poe", "--out", str(out), "--resume", "--max-steps", "-1"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["stopped_by"] == "epochs"
+    assert_same_run(run_dir, out)
+
+
+@pytest.mark.slow
+def test_killed_at_the_change_to_stage_3_then_resumed(tmp_path, run_dir):
+    out = tmp_path / "killed"
+    run_killed_at("epoch_start", 2, "run", "poe", "--out", str(out), "--epochs", "3", *TINY)
+    assert load_checkpoint(out / "checkpoints" / "last.ckpt")["resume_at"] == [2, 0]
+    assert main(["run", "poe", "--out", str(out), "--resume"]) == 0
+    assert_same_run(run_dir, out)
 
 
 def test_config_errors_exit_2(tmp_path, capsys):

@@ -7,6 +7,9 @@ training, in ``DIR/runs/<method>/<dataset>``. Finished pairs (a ``metrics.json``
 exists) are not rerun; interrupted ones are resumed from their ``last.ckpt``.
 Then ``DIR/report.md``, ``DIR/report.html`` (self-contained) and
 ``DIR/results.csv`` are written from the run directories.
+
+``--suite claims`` runs each paper's central claim instead, as a paired, seeded
+comparison (:mod:`selfcaps.cli.claims`); ``--suite all`` runs both.
 """
 
 from __future__ import annotations
@@ -30,16 +33,27 @@ import torch
 
 from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, default_preset
+from selfcaps.cli.provenance import git_commit
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.io import atomic_write_text
 
-__all__ = ["BenchRow", "add_bench_arguments", "cmd_bench", "collect_rows", "render_report"]
+__all__ = [
+    "BenchRow",
+    "add_bench_arguments",
+    "cmd_bench",
+    "collect_rows",
+    "environment",
+    "execute",
+    "png_figure_html",
+    "render_report",
+]
 
 DEFAULT_DATASETS = ("mnist5k", "mnist", "cifar10")
+DEFAULT_BUDGET = 10.0  # training minutes per (method, dataset) pair of the methods suite
 COLUMNS = [
     "dataset", "method", "protocol", "top1", "top5", "paper_top1", "pixels_top1",
     "random_init_top1", "params", "flops_per_image", "train_images_per_s", "wall_time_min",
-    "status", "notes", "run_dir", "command",
+    "status", "notes", "git_commit", "run_dir", "command",
 ]  # fmt: skip
 
 
@@ -80,11 +94,20 @@ class BenchRow:
             "wall_time_min": round(wall / 60, 1) if wall is not None else None,
             "status": self.status,
             "notes": "; ".join(
-                f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m
+                [f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m]
+                + _stop_note(m)
             ),
+            "git_commit": m.get("git_commit"),
             "run_dir": str(self.run_dir),
             "command": " ".join(self.command),
         }
+
+
+def _stop_note(m: dict[str, Any]) -> list[str]:
+    """``stopped by max_time: 2 of 8 epochs`` when a budget ended the run's training early."""
+    if m.get("stopped_by", "epochs") == "epochs":
+        return []
+    return [f"stopped by {m['stopped_by']}: {m['epochs_trained']} of {m['epochs_planned']} epochs"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,11 +115,22 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="+", default=None, help="default: all")
     p.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
     p.add_argument(
+        "--suite",
+        choices=("methods", "claims", "all"),
+        default="methods",
+        help="methods: every method on its datasets (default); claims: each paper's central "
+        "claim as a paired, seeded comparison; all: both",
+    )
+    p.add_argument(
         "--budget",
         type=float,
-        default=10.0,
+        default=None,
         metavar="MIN",
-        help="training minutes per (method, dataset) pair",
+        help=f"training minutes per run (methods suite: default {DEFAULT_BUDGET:g}; claims "
+        "suite: default none, the presets' epoch and step budgets)",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=3, metavar="N", help="claims suite: seeds 0..N-1 per arm"
     )
     p.add_argument("--out", type=Path, default=Path("bench"))
     p.add_argument("--data-root", help="dataset root for every run")
@@ -131,7 +165,7 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
                 "--data",
                 dataset,
                 "--max-time",
-                f"{args.budget:g}",
+                f"{_methods_budget(args):g}",
                 "--out",
                 str(run_dir),
                 "--no-progress",
@@ -144,24 +178,26 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
     return rows
 
 
-def _execute(row: BenchRow) -> None:
+def _methods_budget(args: argparse.Namespace) -> float:
+    return DEFAULT_BUDGET if args.budget is None else args.budget
+
+
+def execute(row: BenchRow) -> None:
+    """Run ``row.command`` in a subprocess, or resume it from its ``last.ckpt``.
+
+    A row whose run directory has a ``metrics.json`` is not run again. An interrupted
+    one (a ``last.ckpt`` but no ``metrics.json``) resumes with the run's saved
+    configuration and the same ``--max-time`` budget, if the command had one.
+    """
     if (row.run_dir / "metrics.json").is_file():
         row.status = "done (earlier)"
         return
     cmd = list(row.command)
     if (row.run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: the saved config rules
-        budget = row.command[row.command.index("--max-time") + 1]
-        cmd = [
-            "selfcaps",
-            "run",
-            row.method,
-            "--out",
-            str(row.run_dir),
-            "--resume",
-            "--max-time",
-            budget,
-            "--no-progress",
-        ]
+        cmd = ["selfcaps", "run", row.method, "--out", str(row.run_dir), "--resume"]
+        if "--max-time" in row.command:
+            cmd += ["--max-time", row.command[row.command.index("--max-time") + 1]]
+        cmd.append("--no-progress")
     print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -218,19 +254,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _environment() -> dict[str, str]:
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-                cwd=Path(__file__).parent,
-            ).stdout.strip()
-            or "unknown"
-        )
-    except OSError:
-        commit = "unknown"
+def environment() -> dict[str, str]:
+    """The selfcaps version, git commit, torch, device, Python and date of a report."""
+    commit = git_commit()
     device = (
         torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
@@ -261,6 +287,7 @@ _HEAD = [
     "wall (min)",
     "status",
     "notes",
+    "commit",
 ]
 _KEYS = [
     "method",
@@ -276,12 +303,29 @@ _KEYS = [
     "wall_time_min",
     "status",
     "notes",
+    "git_commit",
 ]
 
 
-def render_report(rows: list[BenchRow], out: Path, budget: float) -> None:
-    """Write ``report.md``, ``report.html`` and ``results.csv`` under ``out``."""
-    env = _environment()
+def png_figure_html(png: bytes, caption: str) -> str:
+    """A PNG embedded in HTML (a self-contained report), with a caption."""
+    data = base64.b64encode(png).decode()
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" style="max-width:100%">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
+def render_report(rows: list[BenchRow], out: Path, budget: float, extra_html: str = "") -> None:
+    """Write ``report.md``, ``report.html`` and ``results.csv`` under ``out``.
+
+    Args:
+        rows: The methods suite's rows (may be empty when only the claims suite ran).
+        out: The bench directory.
+        budget: Training minutes per pair (for the header).
+        extra_html: Further sections of ``report.html`` (the claims suite's).
+    """
+    env = environment()
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     md = [f"# selfcaps bench ({budget:g} training minutes per pair)", ""]
     md += [" · ".join(f"**{k}** {v}" for k, v in env.items()), ""]
@@ -317,12 +361,7 @@ def render_report(rows: list[BenchRow], out: Path, budget: float) -> None:
             for f in figs:
                 rel = Path(os.path.relpath(f.resolve(), out.resolve())).as_posix()
                 md.append(f"![{r.method} {f.stem}]({rel})")
-                data = base64.b64encode(f.read_bytes()).decode()
-                body.append(
-                    f'<figure><img src="data:image/png;base64,{data}" '
-                    f'style="max-width:100%"><figcaption>{html.escape(f.stem)}'
-                    "</figcaption></figure>"
-                )
+                body.append(png_figure_html(f.read_bytes(), f.stem))
         md.append("")
     style = (
         "body{font-family:sans-serif;margin:2em;max-width:1400px}"
@@ -331,7 +370,7 @@ def render_report(rows: list[BenchRow], out: Path, budget: float) -> None:
     )
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>selfcaps bench</title>"
-        f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>"
+        f"<style>{style}</style></head><body>" + "\n".join(body) + extra_html + "</body></html>"
     )
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
@@ -344,17 +383,38 @@ def render_report(rows: list[BenchRow], out: Path, budget: float) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``selfcaps bench``."""
+    """``selfcaps bench``: the methods suite, the claims suite, or both."""
+    from selfcaps.cli import claims as claims_suite
+
+    args.budget_given = args.budget is not None
+    run_methods, run_claims = args.suite in ("methods", "all"), args.suite in ("claims", "all")
     rows = plan(args)
+    plans = claims_suite.plan_claims(args) if run_claims else []
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        for row in rows:
-            _execute(row)
+        for row in rows if run_methods else []:
+            execute(row)
+        claims_suite.run_claims(plans)
     collect_rows(rows)
-    render_report(rows, args.out, args.budget)
-    failed = [r for r in rows if r.status.startswith("failed")]
+    if not run_methods:  # keep the methods suite's earlier results in the report, nothing else
+        rows = [r for r in rows if r.status != "not run"]
+    section = ""
+    if plans:
+        claims_suite.collect_claims(plans)
+        budget = (
+            f"{args.budget:g} training minutes per run"
+            if args.budget_given
+            else ("the presets' epoch and step budgets")
+        )
+        section = claims_suite.render_claims(plans, args.out, args.seeds, budget)
+        for p in plans:
+            print(f"[bench] claim {p.method}: {p.verdict}", flush=True)
+        print(f"[bench] claims: {args.out / 'claims.md'}", flush=True)
+    render_report(rows, args.out, _methods_budget(args), section)
+    runs = rows + [r for p in plans for rs in p.runs.values() for r in rs]
+    failed = [r for r in runs if r.status.startswith("failed")]
     print(
-        f"[bench] report: {args.out / 'report.md'} ({len(rows) - len(failed)} of {len(rows)} "
-        "pairs with results)"
+        f"[bench] report: {args.out / 'report.md'} ({len(runs) - len(failed)} of {len(runs)} "
+        "runs with results)"
     )
     return 1 if failed else 0

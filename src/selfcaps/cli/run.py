@@ -31,10 +31,11 @@ from selfcaps.cli.config import (
     load_yaml,
     parse_overrides,
 )
+from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.validate import validate_config
 from selfcaps.methods import CapsuleMethod, CliFlag, get_method, list_methods
 from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.engine import build_trainer
+from selfcaps.methods.engine import LastCheckpoint, build_trainer
 from selfcaps.methods.io import (
     atomic_write_json,
     atomic_write_yaml,
@@ -273,18 +274,21 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
     _check_split_sizes(method.cfg, dm)
     _check_inputs(method, dm)
-    resume_epoch = None
+    resume_epoch, batches = None, 0
     if ckpt is not None:
-        resume_epoch = int(load_checkpoint(ckpt)["epoch"]) + 1
+        saved = load_checkpoint(ckpt)  # an older checkpoint without "resume_at": an epoch end
+        resume_epoch, batches = saved.get("resume_at", (int(saved["epoch"]) + 1, 0))
+        dm.resume_at(resume_epoch, batches)
     metric, mode = method.monitor_metric
-    trainer = build_trainer(method.cfg, out, monitor=metric, mode=mode, resume_epoch=resume_epoch)
-    if trainer.is_global_zero and ckpt is None:
+    trainer = build_trainer(
+        method.cfg, out, metric, mode, resume_epoch=resume_epoch, resume_mid_epoch=batches > 0
+    )
+    if trainer.is_global_zero:  # a resumed run may have a new budget
         atomic_write_yaml(out / "config.yaml", OmegaConf.to_container(method.cfg, resolve=True))
     t0 = time.perf_counter()
     last = out / "checkpoints" / "last.ckpt"
     if int(method.cfg.trainer.epochs) > 0:
         trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
-        trainer.save_checkpoint(last, weights_only=False)
     else:  # no training phase (e.g. MCAE's no-pretraining baseline): keep the initial weights
         _save_initial_checkpoint(method, last)
     train_time = time.perf_counter() - t0
@@ -307,7 +311,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         "method": method.name,
         "dataset": str(method.cfg.data.name),
         "preset": str(method.cfg.preset),
-        "epochs_trained": int(trainer.current_epoch),
+        **_budget_metrics(trainer, method.cfg),
         "steps": int(trainer.global_step),
         "train_time_s": round(train_time, 1),
         "train_images_per_s": round(images / max(train_time, 1e-9), 1),
@@ -317,6 +321,7 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
         "params": int(sum(p.numel() for p in method.network.parameters())),
         "flops_per_image": _flops_per_image(method),
         "selfcaps_version": __version__,
+        "git_commit": git_commit(),
         "torch_version": torch.__version__,
         "device": str(method.device),
         "world_size": int(world),
@@ -335,7 +340,38 @@ def train(args: argparse.Namespace, evaluate: bool) -> int:
     atomic_write_json(out / "metrics.json", metrics)
     _write_figures(method, dm, out)
     _print_table(f"{method.name} on {method.cfg.data.name} -> {out}", metrics)
+    if metrics["stopped_by"] != "epochs":
+        print(budget_message(metrics))
     return 0
+
+
+def _budget_metrics(trainer: Any, cfg: DictConfig) -> dict[str, Any]:
+    """``stopped_by``, ``epochs_planned`` and ``epochs_trained`` (whole epochs) of a training."""
+    planned = int(cfg.trainer.epochs)
+    cb = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    if cb is None or planned == 0:  # no training phase
+        return {"stopped_by": "epochs", "epochs_planned": planned, "epochs_trained": 0}
+    epoch, batches = cb.position
+    return {
+        "stopped_by": cb.stopped_by or "epochs",
+        "epochs_planned": planned,
+        "epochs_trained": int(epoch),
+        "batches_into_next_epoch": int(batches),
+    }
+
+
+def budget_message(metrics: dict[str, Any]) -> str:
+    """The console line saying that a budget ended training before its planned epochs."""
+    flag = {"max_steps": "--max-steps", "max_time": "--max-time"}.get(
+        str(metrics["stopped_by"]), str(metrics["stopped_by"])
+    )
+    part = metrics.get("batches_into_next_epoch", 0)
+    trained = f"{metrics['epochs_trained']} epochs" + (f" and {part} batches" if part else "")
+    return (
+        f"Training stopped early by {flag} (trainer.{metrics['stopped_by']}): {trained} trained "
+        f"of {metrics['epochs_planned']} planned ({metrics['steps']} steps); "
+        "`--resume` with a larger budget continues exactly where it stopped."
+    )
 
 
 def _flops_per_image(method: CapsuleMethod) -> int:

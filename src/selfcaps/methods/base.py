@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
+from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
 
@@ -124,6 +125,8 @@ class CapsuleMethod(L.LightningModule):
     bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
     #: The paper's headline top-1 per dataset, for the bench report.
     paper_results: ClassVar[dict[str, float]] = {}
+    #: The paper's central claim as a paired comparison (``selfcaps bench --suite claims``).
+    claim: ClassVar[Claim | None] = None
 
     def __init__(self, cfg: dict | DictConfig) -> None:
         super().__init__()
@@ -305,6 +308,9 @@ class CapsuleMethod(L.LightningModule):
                 else self.trainer.max_epochs
             )
             total = int(total) if total and math.isfinite(total) else 1
+            steps = int(self.cfg.trainer.max_steps)  # a budget the Trainer does not see
+            if o.interval == "step" and steps > 0:
+                total = min(total, steps)
             return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
         raise ValueError(
             f"optim.scheduler: unknown schedule {o.scheduler!r}; "
@@ -396,15 +402,29 @@ class CapsuleMethod(L.LightningModule):
 
     # --------------------------------------------------------- checkpointed state
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Method state that is not a parameter, plus RNG states."""
+        """Method state that is not a parameter, plus RNG states and the batch counter."""
         checkpoint["selfcaps"] = {
             "nonfinite_skipped": self.nonfinite_skipped,
             "torch_rng_state": torch.get_rng_state(),
+            "train_batches_seen": self._train_batches_seen,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore what :meth:`on_save_checkpoint` stored."""
+        """Restore what :meth:`on_save_checkpoint` stored (the RNG state at :meth:`on_train_start`).
+
+        Lightning draws from the global RNG between loading and training (creating the
+        data iterator), so the RNG state is set when training starts; a run resumed in
+        the middle of an epoch then continues that epoch's random stream exactly (one
+        resumed at an epoch's start reseeds it in :meth:`on_train_epoch_start` anyway).
+        """
         state = checkpoint.get("selfcaps", {})
         self.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
-        if "torch_rng_state" in state:
-            torch.set_rng_state(state["torch_rng_state"])
+        self._train_batches_seen = int(state.get("train_batches_seen", 0))
+        self._rng_to_restore = state.get("torch_rng_state")
+
+    def on_train_start(self) -> None:
+        """Set the RNG state of the checkpoint being resumed from, if any."""
+        rng = getattr(self, "_rng_to_restore", None)
+        if rng is not None:
+            torch.set_rng_state(rng)
+            self._rng_to_restore = None

@@ -11,7 +11,8 @@ Every random choice the data pipeline makes is a pure function of
 
 So an epoch's batches do not depend on what ran before it: a run resumed from
 ``last.ckpt`` after a crash sees exactly the batches the uninterrupted run saw,
-whatever the number of workers.
+whatever the number of workers; one resumed where a budget stopped it in the middle of
+an epoch starts at the next batch of that epoch (:meth:`SelfcapsDataModule.resume_at`).
 """
 
 from __future__ import annotations
@@ -89,9 +90,21 @@ class EpochSampler(Sampler[tuple[int, int]]):
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
         self.epoch = 0
+        self._resume: tuple[int, int] | None = None
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """Start at ``epoch`` and leave out its first ``batches`` batches (a resumed run).
+
+        Every iteration over that epoch starts there; :meth:`set_epoch` to another epoch
+        ends the skipping.
+        """
+        self.epoch = epoch
+        self._resume = (epoch, batches) if batches > 0 else None
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of every epoch."""
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None
         self.epoch = epoch
 
     def _indices(self) -> list[int]:
@@ -104,6 +117,8 @@ class EpochSampler(Sampler[tuple[int, int]]):
         if self.drop_last:
             per_rank = (self.n // self.world_size) // self.batch_size * self.batch_size
             shard = shard[:per_rank]
+        if self._resume is not None and self._resume[0] == self.epoch:
+            shard = shard[self._resume[1] * self.batch_size :]
         return shard
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
@@ -196,6 +211,14 @@ class SelfcapsDataModule(L.LightningDataModule):
         self.cfg, self.root_source = cfg, root_source
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self._splits: dict[str, Dataset] = {}
+        self._resume: tuple[int, int] | None = None
+
+    def resume_at(self, epoch: int, batches: int) -> None:
+        """The next training loader starts at batch ``batches`` of ``epoch`` (a resumed run).
+
+        Only the first :meth:`train_dataloader` (the resumed training's) starts there.
+        """
+        self._resume = (int(epoch), int(batches))
 
     def split(self, name: str) -> Dataset:
         """The raw (untransformed) dataset of a split: ``train``, ``val`` or ``test``."""
@@ -244,7 +267,11 @@ class SelfcapsDataModule(L.LightningDataModule):
             ds: Dataset = TransformDataset(self.split("train"), None)
         else:
             ds = SeededTransformDataset(self.split("train"), self.train_transform, self.cfg.seed)
-        return self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
+        loader = self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
+        if self._resume is not None:
+            loader.sampler.resume_at(*self._resume)  # type: ignore[attr-defined]
+            self._resume = None
+        return loader
 
     def eval_loader(self, split: str, bank_size: int | None = None) -> DataLoader:
         """Deterministic loader of a split through the evaluation transform."""

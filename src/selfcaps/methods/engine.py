@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import os
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +22,55 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from torch import Tensor
 
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
 
-__all__ = ["RunCSVLogger", "build_trainer"]
+__all__ = [
+    "STOP_REASONS",
+    "LastCheckpoint",
+    "RunCSVLogger",
+    "build_trainer",
+    "epoch_complete",
+    "resume_position",
+]
 
 
 class _AtomicExperimentWriter(ExperimentWriter):
     """Keeps every row in memory and rewrites ``metrics.csv`` atomically on each save.
 
-    On resume, rows of epochs at or after ``resume_epoch`` (written after the
-    checkpoint being resumed from) are dropped, so no epoch appears twice.
+    On resume, rows of epochs after the one being resumed (written after the checkpoint
+    being resumed from) are dropped, so no epoch appears twice. Rows of the resumed
+    epoch itself are kept only when it is resumed in its middle (a budget stopped it
+    there; the stopped run logged it as it was then) and until the resumed run logs the
+    same metrics for it.
     """
 
-    def __init__(self, log_dir: str, resume_epoch: int | None) -> None:
+    def __init__(self, log_dir: str, resume_epoch: int | None, mid_epoch: bool = False) -> None:
         self.rows: list[dict[str, Any]] = []
+        self._replaceable: int | None = resume_epoch if mid_epoch else None
         path = Path(log_dir) / self.NAME_METRICS_FILE
         if resume_epoch is not None and path.is_file():
+            last = resume_epoch + 1 if mid_epoch else resume_epoch
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
                     epoch = row.get("epoch", "")
-                    if epoch == "" or float(epoch) < resume_epoch:
+                    if epoch == "" or float(epoch) < last:
                         self.rows.append({k: v for k, v in row.items() if v != ""})
         super().__init__(log_dir=log_dir)
+
+    def _replace_resumed_epoch(self, new: dict[str, Any]) -> None:
+        """Drop kept rows of the resumed epoch that ``new`` logs again."""
+        if self._replaceable is None or new.get("epoch") != self._replaceable:
+            return
+        keys = set(new) - {"epoch", "step"}
+        self.rows = [
+            r
+            for r in self.rows
+            if r.get("epoch", "") == ""
+            or float(r["epoch"]) != self._replaceable
+            or not keys & (set(r) - {"epoch", "step"})
+        ]
 
     def _check_log_dir_exists(self) -> None:  # never delete earlier logs
         return
@@ -52,6 +80,8 @@ class _AtomicExperimentWriter(ExperimentWriter):
         atomic_write_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
 
     def save(self) -> None:
+        for row in self.metrics:
+            self._replace_resumed_epoch(row)
         self.rows.extend(self.metrics)
         self.metrics = []
         if not self.rows:
@@ -69,12 +99,15 @@ class RunCSVLogger(CSVLogger):
 
     Args:
         run_dir: The run directory.
-        resume_epoch: Epoch being resumed from (older rows are kept, newer dropped).
+        resume_epoch: Epoch being resumed (older rows are kept, newer dropped).
+        mid_epoch: Whether it is resumed in its middle (its rows are kept until replaced).
     """
 
-    def __init__(self, run_dir: Path, resume_epoch: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, resume_epoch: int | None = None, mid_epoch: bool = False
+    ) -> None:
         super().__init__(save_dir=str(run_dir), name="", version="")
-        self._resume_epoch = resume_epoch
+        self._resume_epoch, self._mid_epoch = resume_epoch, mid_epoch
 
     @property
     @rank_zero_experiment
@@ -82,26 +115,191 @@ class RunCSVLogger(CSVLogger):
         """The atomic writer."""
         if self._experiment is None:
             os.makedirs(self.log_dir, exist_ok=True)
-            self._experiment = _AtomicExperimentWriter(self.log_dir, self._resume_epoch)
+            self._experiment = _AtomicExperimentWriter(
+                self.log_dir, self._resume_epoch, self._mid_epoch
+            )
         return self._experiment
 
 
-class LastCheckpoint(Callback):
-    """Write ``last.ckpt`` at the end of every training epoch (after that epoch's validation).
+# A run resumed in the middle of an epoch starts its data where the checkpoint was written
+# (``resume_at``, :meth:`SelfcapsDataModule.resume_at`); Lightning cannot see that and warns.
+warnings.filterwarnings(
+    "ignore", message="You're resuming from a checkpoint that ended before the epoch ended"
+)
 
-    It holds everything a resume needs: weights, optimiser and scheduler, loop
-    progress, callback state (including ``best.ckpt``'s score) and method state.
+#: What can end training, as ``metrics.json``'s ``stopped_by`` records it: the planned
+#: ``trainer.epochs`` all trained, or a budget that ended training before them.
+STOP_REASONS = ("epochs", "max_steps", "max_time")
+
+
+class LastCheckpoint(Callback):
+    """``last.ckpt`` and the step and time budgets: where training stops, a resume starts exactly.
+
+    ``last.ckpt`` is written at the end of every training epoch (after that epoch's
+    validation) and where a budget (``trainer.max_steps``, ``trainer.max_time``) stops
+    training in the middle of an epoch. It holds everything a resume needs: weights,
+    optimiser and scheduler, loop progress, callback state (including ``best.ckpt``'s
+    score), method state, the RNG state, the position in the epoch's data order
+    (:func:`resume_position`) and, in the middle of an epoch, the running sums behind the
+    epoch's logged means (so that its ``metrics.csv`` row is exact too).
+
+    Lightning's own ``max_steps`` is not used: it makes the fit loop "iteration based",
+    and a checkpoint written at the end of an epoch is then restored as an epoch that
+    still has to end; the resumed run replays that end (an extra logged step, the
+    epoch-end hooks twice, and the epoch counter that seeds the data order one ahead, so
+    the weights diverge). So Lightning always trains by epochs, and this callback ends
+    training at the step the budget allows: at the end of a batch, the way Lightning's
+    ``max_steps`` would (no validation of a part of an epoch), after writing
+    ``last.ckpt`` there; resuming continues at the next batch of that epoch.
 
     Args:
         path: The checkpoint file.
+        epochs: ``trainer.epochs`` (training always ends after them).
+        max_steps: Step budget (-1: none); optimiser steps, counted over all resumes.
+        max_minutes: Time budget of this process's training (None: none), in minutes.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(
+        self, path: Path, epochs: int, max_steps: int = -1, max_minutes: float | None = None
+    ) -> None:
+        self.path, self.epochs = path, int(epochs)
+        self.max_steps = int(max_steps)
+        self.max_seconds = None if max_minutes is None else 60.0 * float(max_minutes)
+        #: Why training ended (a :data:`STOP_REASONS` item; None while it runs).
+        self.stopped_by: str | None = None
+        #: :func:`resume_position` of the last ``last.ckpt`` written (or resumed from).
+        self.position: tuple[int, int] = (0, 0)
+        self._t0 = time.monotonic()
+        self._sums_to_restore: dict[str, list[Tensor]] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stop reason, so that a resumed run that trains no further still reports it."""
+        return {"stopped_by": self.stopped_by, "position": list(self.position)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.stopped_by = state_dict.get("stopped_by")
+        self.position = tuple(state_dict.get("position", self.position))  # type: ignore[assignment]
+
+    def _save(self, trainer: L.Trainer) -> None:
+        self.position = resume_position(trainer)
+        trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Record where a run resumed from this checkpoint starts (:func:`resume_position`)."""
+        checkpoint["resume_at"] = list(resume_position(trainer))
+        if checkpoint["resume_at"][1] > 0 and trainer.world_size == 1:  # (sums are per process)
+            checkpoint["epoch_sums"] = _epoch_sums(trainer)
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Keep the resumed epoch's running means, to add them once training logs again."""
+        self._sums_to_restore = dict(checkpoint.get("epoch_sums", {}))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Start the clock (a resumed run has a new time budget); a spent step budget stops."""
+        self._t0 = time.monotonic()
+        self.stopped_by = None
+        if self._budget_spent(trainer) == "max_steps":
+            self.stopped_by = "max_steps"
+            trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+
+    def _budget_spent(self, trainer: L.Trainer) -> str | None:
+        if self.max_steps >= 0 and trainer.global_step >= self.max_steps:
+            return "max_steps"
+        if self.max_seconds is not None:
+            late = time.monotonic() - self._t0 >= self.max_seconds
+            # Clocks differ between processes: rank 0 decides for all (as Lightning's Timer).
+            if trainer.strategy.broadcast(late, src=0):
+                return "max_time"
+        return None
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """Stop (and write ``last.ckpt`` if mid-epoch) when a budget is spent."""
+        if self._sums_to_restore:
+            _add_epoch_sums(trainer, self._sums_to_restore)
+        reason = self._budget_spent(trainer)
+        if reason is None or self.stopped_by is not None:
+            return
+        last_batch = batch_idx + 1 >= trainer.num_training_batches
+        if last_batch and trainer.current_epoch + 1 >= self.epochs:
+            return  # the planned epochs end here anyway
+        self.stopped_by = reason
+        if last_batch:  # validate and write last.ckpt as at any epoch end, then stop
+            return
+        # End the epoch here as Lightning's max_steps does: no validation of a partial epoch.
+        trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
+        self._save(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Save, atomically (through the trainer's checkpoint IO)."""
-        trainer.save_checkpoint(self.path, weights_only=False)
+        """Write ``last.ckpt`` after a whole epoch (atomically, through the checkpoint IO)."""
+        if not epoch_complete(trainer):
+            return  # a budget stopped it midway: last.ckpt was written at that batch
+        self._save(trainer)
+        if self.stopped_by is None and trainer.current_epoch + 1 >= self.epochs:
+            self.stopped_by = "epochs"
+        if self.stopped_by is not None:
+            trainer.should_stop = True
+
+
+def _epoch_results(trainer: L.Trainer) -> dict[str, Any]:
+    """This epoch's accumulating training metrics (``self.log(..., on_epoch=True)``, mean)."""
+    results = getattr(trainer.fit_loop.epoch_loop, "_results", {})
+    return {
+        k: m
+        for k, m in results.items()
+        if getattr(m, "is_tensor", False) and m.meta.on_epoch and m.meta.is_mean_reduction
+    }
+
+
+def _epoch_sums(trainer: L.Trainer) -> dict[str, list[Tensor]]:
+    """The running sums and counts behind this epoch's logged means (for a mid-epoch resume)."""
+    return {
+        k: [m.value.detach().clone(), m.cumulated_batch_size.detach().clone()]
+        for k, m in _epoch_results(trainer).items()
+    }
+
+
+def _add_epoch_sums(trainer: L.Trainer, sums: dict[str, list[Tensor]]) -> None:
+    """Add the interrupted part of the epoch to the means the resumed run accumulates.
+
+    Called after the first batches the resumed run logs, once per metric: the sums are
+    added to the resumed batches' (``b + a == a + b`` in floating point), so the epoch's
+    logged mean is the uninterrupted run's, bit for bit.
+    """
+    results = _epoch_results(trainer)
+    for k in [k for k in sums if k in results]:
+        value, count = sums.pop(k)
+        m = results[k]
+        m.value = m.value + value.to(m.value)
+        m.cumulated_batch_size = m.cumulated_batch_size + count.to(m.cumulated_batch_size)
+
+
+def epoch_complete(trainer: L.Trainer) -> bool:
+    """Whether every batch of the current training epoch has been trained."""
+    done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    return done >= trainer.num_training_batches
+
+
+def resume_position(trainer: L.Trainer) -> tuple[int, int]:
+    """``(epoch, batches of it trained)`` where a run resumed from a checkpoint written now starts.
+
+    At the end of an epoch (or during its validation) that is the next epoch's start.
+    """
+    epoch = int(trainer.current_epoch)
+    if epoch_complete(trainer):
+        return epoch + 1, 0
+    return epoch, int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
 
 
 def build_trainer(
@@ -111,6 +309,7 @@ def build_trainer(
     mode: str = "max",
     callbacks: list[Callback] | None = None,
     resume_epoch: int | None = None,
+    resume_mid_epoch: bool = False,
 ) -> L.Trainer:
     """A Trainer for a run configuration.
 
@@ -121,6 +320,7 @@ def build_trainer(
         mode: ``"max"`` or ``"min"`` for ``monitor``.
         callbacks: Extra callbacks.
         resume_epoch: Epoch a resumed run starts from (for the CSV log).
+        resume_mid_epoch: Whether it starts in that epoch's middle (for the CSV log).
 
     Returns:
         The configured ``lightning.Trainer``.
@@ -128,7 +328,14 @@ def build_trainer(
     t = cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
     every = int(cfg.monitor.knn_every_n_epochs)
-    cbs: list[Callback] = [LastCheckpoint(ckpt_dir / "last.ckpt")]
+    cbs: list[Callback] = [
+        LastCheckpoint(
+            ckpt_dir / "last.ckpt",
+            epochs=int(t.epochs),
+            max_steps=int(t.max_steps),
+            max_minutes=float(t.max_time) if t.max_time else None,
+        )
+    ]
     if monitor is not None and every > 0:
         cbs.append(
             ModelCheckpoint(
@@ -146,8 +353,7 @@ def build_trainer(
     return L.Trainer(
         default_root_dir=str(run_dir),
         max_epochs=int(t.epochs),
-        max_steps=int(t.max_steps),
-        max_time={"minutes": float(t.max_time)} if t.max_time else None,
+        max_steps=-1,  # step and time budgets: LastCheckpoint (see there why)
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=int(t.num_nodes),
@@ -156,7 +362,7 @@ def build_trainer(
         deterministic=bool(t.deterministic),
         callbacks=cbs,
         logger=[
-            RunCSVLogger(run_dir, resume_epoch),
+            RunCSVLogger(run_dir, resume_epoch, resume_mid_epoch),
             TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""),
         ],
         log_every_n_steps=int(t.log_every_n_steps),

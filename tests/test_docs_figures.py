@@ -1,0 +1,68 @@
+"""experiments/docs_figures.py: figures for the manual are small and say where they came from."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from experiments import docs_figures
+from PIL import Image
+
+
+def _noise_png(path: Path, width: int, height: int) -> None:
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(height, width, 4), dtype=np.uint8)
+    pixels[..., 3] = 255
+    Image.fromarray(pixels, "RGBA").save(path)
+
+
+def test_shrink_png_caps_the_longest_side(tmp_path: Path) -> None:
+    src = tmp_path / "plain.png"
+    Image.new("RGB", (1600, 1200), "white").save(src)  # a few kB: only the side limit acts
+    image = Image.open(io.BytesIO(docs_figures.shrink_png(src, max_side=720, max_kb=150)))
+    assert image.size == (720, 540)
+
+
+def test_shrink_png_meets_the_size_limit(tmp_path: Path) -> None:
+    src = tmp_path / "big.png"
+    _noise_png(src, 1600, 1200)  # random pixels do not compress: about 7 MB
+    assert src.stat().st_size > 1024 * 1024
+    data = docs_figures.shrink_png(src, max_side=720, max_kb=150)
+    image = Image.open(io.BytesIO(data))
+    assert len(data) <= 150 * 1024
+    assert max(image.size) <= 720
+    assert image.size[0] / image.size[1] == pytest.approx(1600 / 1200, rel=0.02)
+
+
+def test_collect_writes_figures_and_provenance(tmp_path: Path, monkeypatch) -> None:
+    run = tmp_path / "run"
+    (run / "figures").mkdir(parents=True)
+    (run / "config.yaml").write_text("method: coca\nseed: 3\ntrainer:\n  threads: 1\n")
+    metrics = {"method": "coca", "preset": "quick", "dataset": "mnist5k", "knn_top1_backbone": 91.4}
+    (run / "metrics.json").write_text(json.dumps({**metrics, "params": 7}))
+    _noise_png(run / "figures" / "retrieval.png", 300, 200)
+    monkeypatch.setattr(docs_figures, "DOCS_FIGURES", tmp_path / "docs_figures")
+
+    out = docs_figures.collect(run, max_side=720, max_kb=150, command="selfcaps run coca")
+
+    assert out == tmp_path / "docs_figures" / "coca"
+    assert Image.open(out / "retrieval.png").size == (300, 200)
+    record = json.loads((out / "figures.json").read_text())
+    assert record["command"] == "selfcaps run coca"
+    assert (record["preset"], record["dataset"], record["seed"], record["threads"]) == (
+        "quick",
+        "mnist5k",
+        3,
+        1,
+    )
+    assert record["metrics"] == {"knn_top1_backbone": 91.4}
+    assert [f["file"] for f in record["figures"]] == ["retrieval.png"]
+
+
+def test_collect_names_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("method: coca\n")
+    with pytest.raises(FileNotFoundError, match=r"metrics\.json is missing"):
+        docs_figures.collect(tmp_path, max_side=720, max_kb=150, command=None)
