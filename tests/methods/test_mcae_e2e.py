@@ -143,6 +143,7 @@ def test_eval_label_subsets_for_mcae_own_finetuning_and_a_linear_probe(tmp_path,
         main(["eval", str(out), "--label-fraction", "0.1", "--labels-per-class", "2"])
 
 
+@pytest.mark.slow
 def test_scratch_and_pretrained_runs_finetune_on_the_same_labelled_images(tmp_path):
     """eval.labels_per_class in a run: the --pretrain-epochs 0 baseline sees the same images."""
     runs = {}
