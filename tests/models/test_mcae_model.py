@@ -242,6 +242,14 @@ def test_target_is_the_pixel_values_or_the_normalised_input():
     torch.testing.assert_close(pixels.target, patchify(raw, 4))
     normalized = tiny(img_size=16, target="normalized", pixel_mean=mean, pixel_std=std)
     torch.testing.assert_close(normalized.forward_pretrain(x).target, patchify(x, 4))
+    # The linear layer's output is read in normalised units: the same weights predict
+    # out * std + mean for pixel targets (an affine reparametrisation of one linear layer).
+    pred_pixels = tiny(img_size=16, pixel_mean=mean, pixel_std=std).forward_pretrain(
+        x, generator=torch.Generator().manual_seed(0)
+    )
+    pred_norm = normalized.forward_pretrain(x, generator=torch.Generator().manual_seed(0))
+    std_p, mean_p = torch.tensor(std).repeat(16), torch.tensor(mean).repeat(16)  # (dy, dx, c)
+    torch.testing.assert_close(pred_pixels.pred, pred_norm.pred * std_p + mean_p)
     with pytest.raises(ValueError, match="one per channel"):
         tiny(pixel_mean=(0.5,), pixel_std=(0.5,))
     with pytest.raises(ValueError, match="target must be"):
