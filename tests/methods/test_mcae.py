@@ -8,6 +8,7 @@ from lightning.pytorch.callbacks import Callback
 from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.data import TensorDataset
+from torchvision.transforms import v2
 
 from selfcaps.cli.config import load_config
 from selfcaps.eval import finetune
@@ -60,7 +61,7 @@ def test_no_gradient_reaches_visible_patch_outputs_through_the_network():
     torch.manual_seed(0)
     net = MCAENet(
         dim=8, kernel_size=3, primary_caps=2, caps_dim=4, encoder_caps=2, decoder_caps=1,
-        decoder_dim=4, class_caps_dim=4,
+        decoder_dim=4,
     )  # fmt: skip
     out = net.forward_pretrain(torch.randn(2, 3, 32, 32))
     out.pred.retain_grad()
@@ -109,6 +110,10 @@ def test_transforms_and_input_size_per_dataset(data, raw, size):
         assert abs(float(b.mean())) < 1e-5 and abs(float(b.std(unbiased=False)) - 1) < 1e-4
         centre = img[:, 8:40, 8:40].float() / 255
         torch.testing.assert_close(b, PerImageStandardize()(centre), rtol=1e-5, atol=1e-5)
+        assert torch.equal(method.mcae.target_images(b)[0], b)  # not invertible: the target
+    else:  # eq. 4: the decoder regresses the pixel values the evaluation transform normalised
+        pixels = v2.ToDtype(torch.float32, scale=True)(img)
+        torch.testing.assert_close(method.mcae.target_images(b)[0], pixels, rtol=1e-5, atol=1e-5)
 
 
 def test_class_capsules_frozen_in_pretraining_and_trained_in_finetuning():

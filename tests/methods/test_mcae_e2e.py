@@ -2,15 +2,19 @@
 
 import csv
 import json
+import shutil
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
 from selfcaps.data import get_dataset
+from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.mcae import MCAE
 from tests.runs import FAST, assert_run_files, run_killed_at
 
 TINY = [
@@ -26,7 +30,6 @@ TINY = [
     "model.encoder_caps=4",
     "model.decoder_caps=1",
     "model.decoder_dim=4",
-    "model.class_caps_dim=4",
 ]
 
 
@@ -122,3 +125,39 @@ def test_killed_during_finetuning_resumes_and_finetunes_again(tmp_path, run_dir)
         wa, wb = load_file(run_dir / name), load_file(out / name)
         for k in wa:
             assert torch.equal(wa[k], wb[k]), f"{name}: {k}"
+
+
+def test_eval_label_subsets_for_mcae_own_finetuning_and_a_linear_probe(tmp_path, run_dir):
+    """`selfcaps eval --labels-per-class`: MCAE finetunes its class capsules on the subset;
+    the linear probe fits on the subset's features; keys name the subset."""
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    assert main(["eval", str(out), "--protocol", "finetune", "--labels-per-class", "2"]) == 0
+    assert main(["eval", str(out), "--protocol", "linear", "--label-fraction", "0.5"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["labelled_images_lpc2"] == 20 and 0 <= m["finetune_top1_lpc2"] <= 100
+    assert m["labelled_images_lf50"] == 32 and "linear_top1_capsule_lf50" in m  # 50% of 64
+    before = json.loads((run_dir / "metrics.json").read_text())
+    assert m["finetune_top1"] == before["finetune_top1"]  # the full-label result is kept
+    with pytest.raises(SystemExit):
+        main(["eval", str(out), "--label-fraction", "0.1", "--labels-per-class", "2"])
+
+
+@pytest.mark.slow
+def test_scratch_and_pretrained_runs_finetune_on_the_same_labelled_images(tmp_path):
+    """eval.labels_per_class in a run: the --pretrain-epochs 0 baseline sees the same images."""
+    runs = {}
+    for name, epochs in (("scratch", "0"), ("pretrained", "1")):
+        out = tmp_path / name
+        args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", epochs]
+        assert main([*args, "--finetune-epochs", "1", *TINY, "eval.labels_per_class=2"]) == 0
+        runs[name] = json.loads((out / "metrics.json").read_text())
+    for m in runs.values():
+        assert m["labelled_images_lpc2"] == 20 and "finetune_top1_lpc2" in m
+        assert "finetune_top1" not in m  # never mistaken for a full-label result
+    chosen = []
+    for name in runs:  # the subset each run's configuration selects from its training split
+        cfg = OmegaConf.load(tmp_path / name / "config.yaml")
+        method = MCAE(cfg)
+        chosen.append(method.labelled_indices(SelfcapsDataModule(cfg, *method.build_transforms())))
+    assert chosen[0] == chosen[1] and len(chosen[0]) == 20

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import selfcaps
+from selfcaps.caps import SelfRouting1d
 from selfcaps.models.mcae import (
     CapsuleDecoder,
     ClassCapsules,
@@ -29,7 +30,7 @@ def one_thread():
 
 TINY = dict(
     dim=16, kernel_size=3, num_heads=2, primary_caps=4, caps_dim=4, encoder_caps=4,
-    decoder_caps=2, decoder_dim=4, class_caps_dim=4,
+    decoder_caps=2, decoder_dim=4,
 )  # fmt: skip
 
 
@@ -156,8 +157,9 @@ def _self_routing_loop(pose, act, core):
 
 
 def test_class_capsules_average_routed_activations_over_positions():
+    """Eqs. 1-2 per position by a loop, averaged; equal to SelfRouting1d's activations."""
     torch.manual_seed(1)
-    head = ClassCapsules(3, 4, 5, 2).double()
+    head = ClassCapsules(3, 4, 5).double()
     for p in head.parameters():
         torch.nn.init.normal_(p, std=0.5)
     pose, act = torch.randn(2, 6, 3, 4).double(), torch.rand(2, 6, 3).double()
@@ -165,16 +167,31 @@ def test_class_capsules_average_routed_activations_over_positions():
     expected = torch.zeros(2, 5, dtype=torch.float64)
     for b in range(2):
         for pos in range(6):
-            expected[b] += _self_routing_loop(pose[b, pos], act[b, pos], head.route.core)[1] / 6
+            for j in range(5):
+                w, bias = head.weight_route, head.bias_route
+                c = [torch.softmax(pose[b, pos, i] @ w[i] + bias[i], 0)[j] for i in range(3)]
+                a_j = sum(c[i] * act[b, pos, i] for i in range(3)) / act[b, pos].sum()
+                expected[b, j] += a_j / 6
     torch.testing.assert_close(probs, expected)
     torch.testing.assert_close(probs.sum(1), torch.ones(2, dtype=torch.float64))
+    # The same activations as a full self-routing layer with these routing parameters.
+    layer = SelfRouting1d(3, 5, 4, 2).double()
+    with torch.no_grad():
+        layer.core.weight_route.copy_(head.weight_route)
+        layer.core.bias_route.copy_(head.bias_route)
+    torch.testing.assert_close(layer(pose, act)[1].mean(1), probs)
+    assert {n for n, _ in head.named_parameters()} == {"weight_route", "bias_route"}
 
 
-def test_decoder_global_routing_and_per_position_linear():
-    """Every output position is routed from every position, normalised, then its own linear."""
+@pytest.mark.parametrize("linear", ["shared", "per_position"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_decoder_global_routing_and_linear(linear, fused):
+    """Every output position is routed from every position, normalised, then a linear layer."""
     torch.manual_seed(2)
     L, A, D = 3, 2, 3
-    dec = CapsuleDecoder(L, A, D, caps=2, caps_dim=2, patch_pixels=5).double().eval()
+    dec = CapsuleDecoder(L, A, D, caps=2, caps_dim=2, patch_pixels=5, linear=linear)
+    dec = dec.double().eval()
+    dec.fused = fused
     for p in dec.route.parameters():
         torch.nn.init.normal_(p, std=0.5)
     m = random_masking(1, L, 0.34, generator=torch.Generator().manual_seed(0))  # keeps 1
@@ -186,11 +203,57 @@ def test_decoder_global_routing_and_per_position_linear():
     v, _ = _self_routing_loop(full_pose, full_act, dec.route.core)  # (L * 2, 2)
     v = v / math.sqrt(1 + 1e-5)  # BatchNorm of the poses with its initial running statistics
     for pos in range(L):
-        expected = v[2 * pos : 2 * pos + 2].flatten() @ dec.weight[pos] + dec.bias[pos]
+        x = v[2 * pos : 2 * pos + 2].flatten()
+        if linear == "shared":  # one layer for every position (paper Fig. 1)
+            expected = x @ dec.head.weight.T + dec.head.bias
+        else:
+            expected = x @ dec.weight[pos] + dec.bias[pos]
         torch.testing.assert_close(pred[0, pos], expected)
     masked = m.mask[0].nonzero().flatten().tolist()
     assert len(masked) == 2
     assert torch.allclose(token_act, torch.full((A,), 1.0 / A, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("backbone", ["convmixer", "vit"])
+def test_fused_routing_equals_the_readable_layers_in_float64(backbone):
+    """The whole pretraining loss and every parameter's gradient, fused vs readable."""
+    net = tiny(backbone=backbone, img_size=16).double()
+    x = torch.randn(3, 3, 16, 16, dtype=torch.float64)
+    results = []
+    for fused in (True, False):
+        net.use_fused_routing(fused).zero_grad()
+        out = net.forward_pretrain(x, generator=torch.Generator().manual_seed(0))
+        loss = (out.pred - out.target)[out.mask].pow(2).mean() + net(x).log().sum()
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in net.named_parameters()}))
+    (l1, g1), (l2, g2) = results
+    torch.testing.assert_close(l1, l2)
+    assert g1.keys() == g2.keys()
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], msg=name)
+
+
+def test_target_is_the_pixel_values_or_the_normalised_input():
+    """Eq. 4: 'the actual pixel values', i.e. the input with its normalisation undone."""
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    x = torch.randn(2, 3, 16, 16)
+    pixels = tiny(img_size=16, pixel_mean=mean, pixel_std=std).forward_pretrain(x)
+    raw = torch.stack([x[:, c] * std[c] + mean[c] for c in range(3)], dim=1)
+    torch.testing.assert_close(pixels.target, patchify(raw, 4))
+    normalized = tiny(img_size=16, target="normalized", pixel_mean=mean, pixel_std=std)
+    torch.testing.assert_close(normalized.forward_pretrain(x).target, patchify(x, 4))
+    # The linear layer's output is read in normalised units: the same weights predict
+    # out * std + mean for pixel targets (an affine reparametrisation of one linear layer).
+    pred_pixels = tiny(img_size=16, pixel_mean=mean, pixel_std=std).forward_pretrain(
+        x, generator=torch.Generator().manual_seed(0)
+    )
+    pred_norm = normalized.forward_pretrain(x, generator=torch.Generator().manual_seed(0))
+    std_p, mean_p = torch.tensor(std).repeat(16), torch.tensor(mean).repeat(16)  # (dy, dx, c)
+    torch.testing.assert_close(pred_pixels.pred, pred_norm.pred * std_p + mean_p)
+    with pytest.raises(ValueError, match="one per channel"):
+        tiny(pixel_mean=(0.5,), pixel_std=(0.5,))
+    with pytest.raises(ValueError, match="target must be"):
+        tiny(target="raw")
 
 
 DATASETS = {  # channels, input side, patch side (paper section 4.2 sizes)
@@ -228,8 +291,11 @@ def test_registry_parameter_count_and_no_decoder_variant():
     decoder = sum(p.numel() for p in net.decoder.parameters())
     route = L * A * D * (L * 2 * 4) + L * A * D * (L * 2) + L * A * (L * 2)  # pose, route, bias
     norm = 2 * (2 * 4)
-    linear = L * (2 * 4) * 48 + L * 48
+    linear = (2 * 4) * 48 + 48  # one linear layer shared by the positions
     assert decoder == A * D + A + route + norm + linear
+    per_position = selfcaps.create_model("mcae", decoder_linear="per_position", **TINY)
+    assert sum(p.numel() for p in per_position.decoder.parameters()) == decoder + (L - 1) * linear
+    assert sum(p.numel() for p in net.class_caps.parameters()) == A * D * 10 + A * 10
     lean = selfcaps.create_model("mcae", decoder=False, **TINY)
     assert lean.decoder is None
     full_state = {k: v for k, v in net.state_dict().items() if not k.startswith("decoder.")}

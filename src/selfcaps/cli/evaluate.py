@@ -4,6 +4,14 @@
 evaluation protocol on its best checkpoint; results are printed and merged
 into the run's ``metrics.json`` (atomically) under keys prefixed by the
 protocol, e.g. ``linear_top1_backbone``.
+
+Label efficiency (every method): ``--label-fraction F`` or ``--labels-per-class N``
+trains the ``linear``, ``svm`` or ``finetune`` protocol on a stratified labelled
+subset of the training split, fixed by ``--label-seed`` (default: the run's seed;
+:mod:`selfcaps.eval.labels`); validation and test stay whole. The keys then end in
+the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels.
+A method that finetunes its own classifier (MCAE's class capsules) does so for
+``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
 
 from __future__ import annotations
@@ -28,6 +36,22 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feature", help="feature kind (default: the method's monitor feature)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--data-root", help="dataset root (default: the run's)")
+    labels = p.add_mutually_exclusive_group()
+    labels.add_argument(
+        "--label-fraction",
+        type=float,
+        metavar="F",
+        help="train the protocol on this stratified share of the training labels (e.g. 0.1)",
+    )
+    labels.add_argument(
+        "--labels-per-class",
+        type=int,
+        metavar="N",
+        help="train the protocol on N labelled training images per class",
+    )
+    p.add_argument(
+        "--label-seed", type=int, help="seed of the labelled subset (default: the run's seed)"
+    )
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,11 +68,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg_path = args.run_dir / "config.yaml"
     if not cfg_path.is_file():  # checked before torch is imported
         raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
-    from selfcaps.cli.protocols import feature_kind, load_run, run_protocol
+    from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
 
+    labels = None
+    if args.label_fraction is not None or args.labels_per_class is not None:
+        labels = LabelSubset(args.label_fraction, args.labels_per_class, args.label_seed)
+        try:
+            labels.suffix  # noqa: B018  (validates the request before any work)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        if args.protocol == "knn":
+            raise ConfigError(
+                "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
+                "protocols, not knn"
+            )
     method, dm = load_run(args)
     kind = feature_kind(method, args.feature)
-    metrics = run_protocol(method, dm, args.protocol, kind)
+    if labels is not None and labels.seed is None:  # default: the run's seed
+        labels = LabelSubset(labels.fraction, labels.per_class, int(method.cfg.seed))
+    own = args.feature is None and hasattr(method, "finetune_classifier")
+    metrics = run_protocol(method, dm, args.protocol, kind, labels, own_classifier=own)
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(metrics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -11,12 +12,13 @@ from omegaconf import OmegaConf
 from selfcaps.cli.config import ConfigError, load_yaml
 from selfcaps.cli.run import resolve_data_root
 from selfcaps.eval import finetune, linear_probe, svm_probe
+from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
 from selfcaps.methods import CapsuleMethod, get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
+from selfcaps.methods.datamodule import SelfcapsDataModule, TransformDataset
 from selfcaps.methods.evaluation import collect_features, knn_metrics
 from selfcaps.methods.io import load_checkpoint
 
-__all__ = ["feature_kind", "load_run", "run_protocol"]
+__all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
 
 
 def load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModule]:
@@ -45,23 +47,84 @@ def feature_kind(method: CapsuleMethod, requested: str | None) -> str:
     return kind
 
 
-def _probe_features(method: CapsuleMethod, dm: SelfcapsDataModule, kind: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LabelSubset:
+    """A label-efficiency request: ``fraction`` or ``per_class`` labelled images, ``seed``."""
+
+    fraction: float | None = None
+    per_class: int | None = None
+    seed: int | None = None
+
+    @property
+    def suffix(self) -> str:
+        """Metrics-key suffix, e.g. ``_lf10`` (raises ``ValueError`` for a bad request)."""
+        return label_suffix(self.fraction, self.per_class)
+
+    def indices(self, train: Any) -> list[int]:
+        """Indices of the labelled images in the raw training split ``train``."""
+        return stratified_label_indices(
+            dataset_targets(train),
+            fraction=self.fraction,
+            per_class=self.per_class,
+            seed=int(self.seed or 0),
+        ).tolist()
+
+
+def _eval_split(
+    dm: SelfcapsDataModule, split: str, labels: LabelSubset | None
+) -> torch.utils.data.DataLoader:
+    """A split through the evaluation transform; ``train`` restricted to the labelled images."""
+    if split != "train" or labels is None:
+        return dm.eval_loader(split)
+    train = dm.split("train")
+    subset = torch.utils.data.Subset(train, labels.indices(train))
+    return torch.utils.data.DataLoader(
+        TransformDataset(subset, dm.eval_transform), batch_size=int(dm.cfg.data.eval_batch_size)
+    )
+
+
+def _probe_features(
+    method: CapsuleMethod, dm: SelfcapsDataModule, kind: str, labels: LabelSubset | None
+) -> dict[str, Any]:
     out = {}
     for split in ("train", "val", "test"):
-        feats, labels = collect_features(method, dm.eval_loader(split), method.features, [kind])
-        out[split] = (feats[kind], labels)
+        loader = _eval_split(dm, split, labels)
+        feats, targets = collect_features(method, loader, method.features, [kind])
+        out[split] = (feats[kind], targets)
     return out
 
 
 def run_protocol(
-    method: CapsuleMethod, dm: SelfcapsDataModule, protocol: str, kind: str
+    method: CapsuleMethod,
+    dm: SelfcapsDataModule,
+    protocol: str,
+    kind: str,
+    labels: LabelSubset | None = None,
+    own_classifier: bool = False,
 ) -> dict[str, float | int | str]:
-    """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys."""
+    """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys.
+
+    Args:
+        method: The trained method (weights loaded, ``eval()``).
+        dm: Its data.
+        protocol: ``knn``, ``linear``, ``svm`` or ``finetune``.
+        kind: Feature kind for the probes and the generic finetuning.
+        labels: Train on a labelled subset of the training split (not for ``knn``); keys
+            then end in ``labels.suffix``.
+        own_classifier: ``finetune`` the method's own classifier (``finetune_classifier``,
+            MCAE) instead of the feature with a linear head.
+    """
     e, nc = method.cfg.eval, method.info.num_classes
+    sfx = labels.suffix if labels is not None else ""
     if protocol == "knn":
+        if labels is not None:
+            raise ConfigError(
+                "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
+                "protocols, not knn"
+            )
         return knn_metrics(method, dm, method.features, [kind], nc)
     if protocol in ("linear", "svm"):
-        f = _probe_features(method, dm, kind)
+        f = _probe_features(method, dm, kind, labels)
         (tr, ytr), (va, yva), (te, yte) = f["train"], f["val"], f["test"]
         if protocol == "linear":
             res = linear_probe(tr, ytr, te, yte, nc, val_f=va, val_y=yva, epochs=e.linear_epochs)
@@ -70,16 +133,27 @@ def run_protocol(
                 tr, ytr, te, yte, C=e.svm_c, gamma=e.svm_gamma, max_train=e.svm_max_train
             )
         return {
-            f"{protocol}_top1_{kind}": float(res["top1"]),
-            f"{protocol}_top5_{kind}": float(res["top5"]),
+            f"{protocol}_top1_{kind}{sfx}": float(res["top1"]),
+            f"{protocol}_top5_{kind}{sfx}": float(res["top5"]),
+            **_subset_size(f["train"][1], sfx),
+        }
+    if own_classifier:
+        labelled = labels.indices(dm.split("train")) if labels is not None else None
+        _, res = method.finetune_classifier(dm, labelled=labelled)  # type: ignore[attr-defined]
+        return {
+            f"finetune_top1{sfx}": float(res["test_top1"]),
+            f"finetune_top5{sfx}": float(res["test_top5"]),
+            f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
+            **({f"labelled_images{sfx}": len(labelled)} if labelled is not None else {}),
         }
     backbone = _FeatureBackbone(method, kind)
     dim = int(backbone(method.example_input(2)).shape[1])
+    train = _eval_split(dm, "train", labels).dataset
     res = finetune(
         backbone,
         dim,
         nc,
-        dm.eval_loader("train").dataset,
+        train,
         dm.eval_loader("val").dataset,
         dm.eval_loader("test").dataset,
         epochs=int(e.finetune_epochs),
@@ -89,10 +163,16 @@ def run_protocol(
         seed=int(method.cfg.seed),
     )
     return {
-        f"finetune_top1_{kind}": float(res["test_top1"]),
-        f"finetune_top5_{kind}": float(res["test_top5"]),
-        "finetune_best_epoch": int(res["best_epoch"]) + 1,
+        f"finetune_top1_{kind}{sfx}": float(res["test_top1"]),
+        f"finetune_top5_{kind}{sfx}": float(res["test_top5"]),
+        f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
+        **_subset_size(train, sfx),
     }
+
+
+def _subset_size(train: Any, sfx: str) -> dict[str, int]:
+    """``labelled_images<sfx>``: how many labelled images trained the protocol (subsets only)."""
+    return {f"labelled_images{sfx}": len(train)} if sfx else {}
 
 
 class _FeatureBackbone(torch.nn.Module):

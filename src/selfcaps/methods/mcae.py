@@ -6,18 +6,23 @@ network is :class:`selfcaps.models.mcae.MCAENet`.
 Phase 1, pretraining (the engine's Lightning fit, ``trainer.epochs`` epochs,
 ``--pretrain-epochs``): a random ``model.mask_ratio`` of the patch positions is
 removed, the capsule decoder predicts every patch, and the loss is the MSE on the
-masked patches (paper eq. 4; ``loss.masked_only=false`` gives the all-patches
-ablation of Table 3). ``best.ckpt`` is the epoch with the lowest ``val_mse``: the
-masked-patch MSE on the validation split (carved from train) with masks fixed per
-batch, so epochs are compared on the same masks. ``--pretrain-epochs 0`` skips the
-phase (the no-pretraining baseline).
+masked patches against their pixel values (paper eq. 4, ``model.target``;
+``loss.masked_only=false`` gives the all-patches ablation of Table 3).
+``best.ckpt`` is the epoch with the lowest ``val_mse``: the masked-patch MSE on the
+validation split (carved from train) with masks fixed per batch, so epochs are
+compared on the same masks. ``--pretrain-epochs 0`` skips the phase (the
+no-pretraining baseline).
 
 Phase 2, finetuning (in :meth:`MCAE.evaluate`, ``eval.finetune_epochs`` epochs,
 ``--finetune-epochs``): the decoder is dropped, the class-capsule layer is trained
 with the encoder and backbone on the same augmented training split by
 cross-entropy of the position-averaged class activations (a distribution over
-classes, see the model); same optimiser as pretraining, learning rate
-``eval.finetune_lr``, cosine schedule over the finetuning epochs. The epoch with
+classes, see the model); same optimiser as pretraining ("All models use the SGD
+optimizer", section 4.1), learning rate ``eval.finetune_lr``, cosine schedule over
+the finetuning epochs. With ``eval.label_fraction`` or ``eval.labels_per_class``
+it trains on a stratified labelled subset of the training split only
+(:mod:`selfcaps.eval.labels`), the same for a ``--pretrain-epochs 0`` run of the
+same seed. The epoch with
 the lowest validation loss is selected and the test split is evaluated once. Its
 files live under ``<run>/finetune/``: ``metrics.csv``, ``checkpoints/last.ckpt``,
 ``checkpoints/best.ckpt`` and ``model.safetensors`` (+ ``config.json``) of the
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,13 +50,15 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
 from torchvision.transforms import v2
 
 from selfcaps.data import EvalTransform
 from selfcaps.eval import finetune
+from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.claims import Arm, Claim, Comparison
-from selfcaps.methods.datamodule import mix_seed
+from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
 from selfcaps.methods.engine import RunCSVLogger
 from selfcaps.methods.figures import Figure, ImageGrid
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
@@ -178,6 +186,15 @@ class MCAE(CapsuleMethod):
                 f"eval.finetune_epochs: expected >= 1 (finetuning is the evaluation), "
                 f"got {cfg.eval.finetune_epochs}"
             )
+        fraction, per_class = cfg.eval.get("label_fraction"), cfg.eval.get("labels_per_class")
+        if fraction is not None or per_class is not None:
+            try:
+                label_suffix(
+                    None if fraction is None else float(fraction),
+                    None if per_class is None else int(per_class),
+                )
+            except ValueError as err:
+                raise ValueError(f"eval.label_fraction / eval.labels_per_class: {err}") from err
         if cfg.optim.scheduler not in ("none", "cosine"):
             raise ValueError(
                 f"optim.scheduler: MCAE supports none or cosine, got {cfg.optim.scheduler!r}"
@@ -199,10 +216,16 @@ class MCAE(CapsuleMethod):
     def model_config(self) -> dict[str, Any]:
         """Model name and kwargs, with the data's channels, classes and input size."""
         cfg = super().model_config()
+        standardized = str(self.cfg.data.name).startswith("smallnorb")
         cfg["model_kwargs"].update(
             in_chans=self.info.channels,
             num_classes=self.info.num_classes,
             img_size=_input_size(self.cfg),
+            # The normalisation the transforms apply, undone for target=pixels. smallNORB
+            # is standardised per image, which the batch cannot undo: its target is the
+            # standardised image.
+            pixel_mean=None if standardized else [float(v) for v in self.info.mean],
+            pixel_std=None if standardized else [float(v) for v in self.info.std],
         )
         return cfg
 
@@ -340,15 +363,57 @@ class MCAE(CapsuleMethod):
             "plugins": [AtomicCheckpointIO()],
         }
 
-    def finetune_classifier(self, dm: Any) -> tuple[MCAENet, dict[str, float | int]]:
+    def labelled_indices(self, dm: Any) -> list[int] | None:
+        """The labelled training images of ``eval.label_fraction`` / ``eval.labels_per_class``.
+
+        ``None`` (every label) unless one of the two keys is set; the subset is
+        stratified and fixed by ``eval.label_seed`` (default: the run's seed), see
+        :mod:`selfcaps.eval.labels`. A run with ``--pretrain-epochs 0`` and the same
+        seed finetunes on the same images.
+        """
+        e = self.cfg.eval
+        fraction, per_class = e.get("label_fraction"), e.get("labels_per_class")
+        if fraction is None and per_class is None:
+            return None
+        seed = int(self.cfg.seed if e.get("label_seed") is None else e.label_seed)
+        return stratified_label_indices(
+            dataset_targets(dm.split("train")),
+            fraction=None if fraction is None else float(fraction),
+            per_class=None if per_class is None else int(per_class),
+            seed=seed,
+        ).tolist()
+
+    def _labelled_loader(self, dm: Any, labelled: Sequence[int]) -> DataLoader:
+        """Training batches of the labelled images only (augmented as ``dm.train_dataloader``).
+
+        The last, incomplete batch is kept: a 1% subset may hold only a few batches.
+        """
+        seed = int(self.cfg.seed)
+        ds = SeededTransformDataset(
+            Subset(dm.split("train"), list(labelled)), dm.train_transform, seed
+        )
+        batch = int(self.cfg.data.batch_size)
+        sampler = EpochSampler(len(ds), seed=seed, shuffle=True, rank=0, world_size=1)
+        return DataLoader(
+            ds, batch_size=batch, sampler=sampler, num_workers=self.cfg.data.num_workers
+        )
+
+    def finetune_classifier(
+        self, dm: Any, labelled: Sequence[int] | None = None
+    ) -> tuple[MCAENet, dict[str, float | int]]:
         """Finetune a decoder-less copy; select on validation loss; test once.
+
+        Args:
+            dm: The run's data.
+            labelled: Train on these images of the training split only (label-efficiency
+                protocol, :meth:`labelled_indices`); validation and test stay whole.
 
         Returns:
             The finetuned classifier (selected epoch) and the results of
             :func:`selfcaps.eval.finetune`.
         """
         net = self.classifier()
-        train = dm.train_dataloader()
+        train = dm.train_dataloader() if labelled is None else self._labelled_loader(dm, labelled)
         out = self.run_dir / "finetune" if self.run_dir is not None else None
         t = self.cfg.trainer
         result = finetune(
@@ -397,16 +462,23 @@ class MCAE(CapsuleMethod):
             "mask_ratio": float(self.cfg.model.mask_ratio),
         }
         t0 = time.perf_counter()
-        _, res = self.finetune_classifier(dm)
-        metrics.update(
-            finetune_top1=float(res["test_top1"]),
-            finetune_top5=float(res["test_top5"]),
-            finetune_best_val_loss=float(res["best_val_loss"]),
-            finetune_best_val_top1=float(res["best_val_top1"]),
-            best_finetune_epoch=int(res["best_epoch"]) + 1,
-            finetune_epochs=int(self.cfg.eval.finetune_epochs),
-            finetune_time_s=round(time.perf_counter() - t0, 1),
-        )
+        labelled = self.labelled_indices(dm)
+        _, res = self.finetune_classifier(dm, labelled)
+        # With a labelled subset every finetuning key says so: finetune_top1_lf10, ...
+        sfx = "" if labelled is None else label_suffix(
+            self.cfg.eval.get("label_fraction"), self.cfg.eval.get("labels_per_class")
+        )  # fmt: skip
+        metrics.update({
+            f"finetune_top1{sfx}": float(res["test_top1"]),
+            f"finetune_top5{sfx}": float(res["test_top5"]),
+            f"finetune_best_val_loss{sfx}": float(res["best_val_loss"]),
+            f"finetune_best_val_top1{sfx}": float(res["best_val_top1"]),
+            f"best_finetune_epoch{sfx}": int(res["best_epoch"]) + 1,
+            "finetune_epochs": int(self.cfg.eval.finetune_epochs),
+            f"finetune_time_s{sfx}": round(time.perf_counter() - t0, 1),
+        })  # fmt: skip
+        if labelled is not None:
+            metrics[f"labelled_images{sfx}"] = len(labelled)
         return metrics
 
     # ------------------------------------------------------------------ figures
@@ -428,7 +500,12 @@ class MCAE(CapsuleMethod):
             masked, recon = self.mcae.reconstruct(self.mcae.forward_pretrain(x, generator=g))
         finally:
             self.train(was)
-        rows = [self._displayable(t, x) for t in (masked, recon, x)]
+        # Reconstructions are in the target's space: the input's (normalised, or smallNORB's
+        # standardised) or pixel values.
+        smallnorb = str(self.cfg.data.name).startswith("smallnorb")
+        input_space = self.mcae.target == "normalized" or smallnorb
+        rows = [self._displayable(t, x, input_space) for t in (masked, recon)]
+        rows.append(self._displayable(x, x, True))
         return ImageGrid(
             torch.cat(rows).cpu(),
             nrow=len(idx),
@@ -436,8 +513,14 @@ class MCAE(CapsuleMethod):
             row_labels=["masked input", "reconstruction", "original"],
         )
 
-    def _displayable(self, t: Tensor, original: Tensor) -> Tensor:
-        """Undo the normalisation (or, for per-image standardisation, the original's range)."""
+    def _displayable(self, t: Tensor, original: Tensor, normalized: bool) -> Tensor:
+        """Images in ``[0, 1]``: undo the input's normalisation, or clamp pixel values.
+
+        With ``normalized`` the normalisation is undone (smallNORB: mapped to the
+        original's range); otherwise ``t`` holds pixel values and is clamped.
+        """
+        if not normalized:
+            return t.clamp(0, 1)
         if str(self.cfg.data.name).startswith("smallnorb"):
             lo = original.amin(dim=(1, 2, 3), keepdim=True)
             hi = original.amax(dim=(1, 2, 3), keepdim=True)

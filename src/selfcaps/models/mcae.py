@@ -1,15 +1,16 @@
 """MCAE's network: a self-routing capsule network with a masked-patch capsule decoder.
 
-From "Masked Capsule Autoencoders" (Everett, Zhong, Leontidis, TMLR 2025). No
-reference code is public; this follows the paper (section 3, Fig. 2) and the
-choices below are ours where the paper is silent.
+From "Masked Capsule Autoencoders" (Everett, Zhong, Leontidis, TMLR 2025). The
+paper names no code of its own and we found none; this follows the paper (section
+3, Figs. 1-3, eqs. 1-5). Where it states nothing (widths, the mask token's
+activation, BatchNorm placement) the choice is ours and marked so below.
 
 Pipeline of :meth:`MCAENet.forward_pretrain` (pretraining)::
 
     image -> random masking (MAE style) -> backbone -> primary capsules per position
           -> keep the visible positions only -> encoder (point-wise self-routing)
           -> decoder: mask token at every masked position, global capsule layer,
-             one linear layer per position -> patch pixels
+             one linear layer shared by all positions -> patch pixels
 
 and of :meth:`MCAENet.forward` (finetuning / classification)::
 
@@ -37,19 +38,35 @@ and of :meth:`MCAENet.forward` (finetuning / classification)::
   (:class:`~selfcaps.caps.SelfRouting1d`, kernel 1, paper eqs. 1-3) of
   ``encoder_caps`` capsules, each followed by BatchNorm of the poses (as in Hahn
   et al.'s SR-CapsNet).
-* **Decoder**: one learnable mask token (poses and activations, shared by all
-  masked positions) is inserted at every masked position; a global self-routing
-  layer (:class:`~selfcaps.caps.SelfRoutingDense`: every output position receives
-  votes from every input position, "kernel size = sequence length") gives
-  ``decoder_caps`` capsules per position, whose poses are batch-normalised (as the
-  encoder's); one linear layer per position maps them to the patch's pixels.
-  Self-routing makes the activations of the global layer sum to one over all
-  ``L * decoder_caps`` parents, so they shrink with ``L``; the per-position linear
-  layers read the poses.
-* **Classifier**: a point-wise self-routing layer to one capsule per class;
-  self-routing activations sum to one over the parents (eq. 2), so the class
-  activations averaged over positions are a distribution over classes, and the
-  cross-entropy is ``-log`` of the true class's averaged activation.
+* **Decoder**: one learnable mask token (section 3.2: "a shared vector of the same
+  dimension as our capsule vectors"; its activation, a learnable softmax, is ours)
+  is inserted at every masked position; a global self-routing layer
+  (:class:`~selfcaps.caps.SelfRoutingDense`: every output position receives votes
+  from every input position, "setting the kernel size to match the sequence
+  length") gives ``decoder_caps`` capsules per position, whose poses are
+  batch-normalised (ours, as the encoder's); "a single linear layer" (Fig. 1) maps
+  each position's poses to the patch's pixels. ``decoder_linear="per_position"``
+  (ours) gives every position its own linear layer instead. The global layer's
+  routing is computed by :func:`~selfcaps.caps.fused_self_routing.fused_self_routing`,
+  which never stores its ``(B, L*A, L*caps, D)`` votes (set ``decoder.fused = False``
+  for the readable path). Self-routing makes the activations of the global layer
+  sum to one over all ``L * decoder_caps`` parents, so they shrink with ``L``; the
+  linear layer reads the poses.
+* **Target** (eq. 4: "the actual pixel values of the masked patches"): with
+  ``target="pixels"`` (default) the decoder regresses the input with its
+  normalisation undone (``pixel_mean`` / ``pixel_std``); ``"normalized"`` (ours)
+  regresses the normalised input itself. For ``"pixels"`` the linear layer's output
+  ``y`` is read in normalised units, ``pred = y * pixel_std + pixel_mean`` per
+  channel: the composition is still a single affine layer, but it starts at the
+  dataset mean (ours: with the plain layer, whose outputs start near 0 with a
+  spread of about 0.6 against pixel values of mean 0.47 and spread 0.25, Adam at
+  lr 1e-3 left the masked-patch MSE at 0.228 after two ``quick`` epochs, worse than
+  predicting the mean colour, 0.063).
+* **Classifier**: point-wise self-routing to one capsule per class, activations
+  only (eqs. 1-2); they sum to one over the classes at each position, so their
+  mean over positions is a distribution over classes, and the cross-entropy
+  (eq. 5) is ``-log`` of the true class's averaged activation. No class poses are
+  computed: nothing uses them.
 
 The decoder's global layer has ``L * encoder_caps * caps_dim * L * decoder_caps *
 decoder_dim`` pose parameters (quadratic in ``L``): keep ``L`` near 64 (patch 4
@@ -60,12 +77,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from selfcaps.caps import SelfRouting1d, SelfRoutingDense
+from selfcaps.caps.fused_self_routing import fused_self_routing
 from selfcaps.models._registry import register_model
 
 __all__ = [
@@ -86,6 +105,8 @@ __all__ = [
 ]
 
 Backbone = Literal["convmixer", "vit"]
+DecoderLinear = Literal["shared", "per_position"]
+Target = Literal["pixels", "normalized"]
 
 
 # --------------------------------------------------------------------------- sequences
@@ -310,6 +331,20 @@ class ViTPrimaryCaps(nn.Module):
 
 
 # --------------------------------------------------------------------------- capsule layers
+def _self_routing(core: nn.Module, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`fused_self_routing` with the parameters of a self-routing layer's ``core``.
+
+    Args:
+        core: The ``core`` of a :class:`~selfcaps.caps.SelfRouting1d` (kernel 1) or
+            :class:`~selfcaps.caps.SelfRoutingDense`.
+        pose: Child poses ``(B, N, C)``.
+        act: Child activations ``(B, N)``.
+    """
+    return fused_self_routing(
+        pose, act, core.weight_pose, core.weight_route, core.bias_route, core.eps
+    )
+
+
 class CapsuleEncoder(nn.Module):
     """Point-wise self-routing layers (paper eqs. 1-3), each followed by BatchNorm of the poses.
 
@@ -318,6 +353,12 @@ class CapsuleEncoder(nn.Module):
         caps: Capsules per position of every layer.
         caps_dim: Pose dimension (kept through the layers).
         layers: Number of layers.
+
+    Attributes:
+        fused: Route with :func:`~selfcaps.caps.fused_self_routing.fused_self_routing`
+            (default; every position is a sample of ``A`` children); False uses the
+            readable :class:`~selfcaps.caps.SelfRouting1d` forward. Same values and
+            gradients (tested in float64).
     """
 
     def __init__(self, in_caps: int, caps: int, caps_dim: int, layers: int) -> None:
@@ -327,18 +368,24 @@ class CapsuleEncoder(nn.Module):
             SelfRouting1d(a, b, caps_dim, caps_dim) for a, b in itertools.pairwise(sizes)
         )
         self.norms = nn.ModuleList(nn.BatchNorm1d(caps * caps_dim) for _ in range(layers))
+        self.fused = True
 
     def forward(self, pose: Tensor, act: Tensor) -> tuple[Tensor, Tensor]:
         """Map ``(B, K, A, D)`` poses and ``(B, K, A)`` activations; positions never mix."""
         for layer, norm in zip(self.layers, self.norms, strict=True):
-            pose, act = layer(pose, act)
+            if self.fused:
+                B, K, A, D = pose.shape
+                v, a = _self_routing(layer.core, pose.reshape(B * K, A, D), act.reshape(B * K, A))
+                pose, act = v.reshape(B, K, *v.shape[1:]), a.reshape(B, K, -1)
+            else:
+                pose, act = layer(pose, act)
             shape = pose.shape
             pose = norm(pose.reshape(-1, shape[2] * shape[3])).view(shape)
         return pose, act
 
 
 class CapsuleDecoder(nn.Module):
-    """Mask token, global self-routing layer, BatchNorm of its poses, one linear per position.
+    """Mask token, global self-routing layer, BatchNorm of its poses, linear layer to pixels.
 
     Args:
         positions: ``L``.
@@ -347,6 +394,16 @@ class CapsuleDecoder(nn.Module):
         caps: Decoder capsules per position.
         caps_dim: Decoder pose dimension.
         patch_pixels: Outputs per position (``p * p * C``).
+        linear: ``"shared"`` (the paper's Fig. 1, "decoded by a single linear layer to
+            the original patch dimensions": one ``nn.Linear`` applied at every position)
+            or ``"per_position"`` (ours: a separate linear layer per position, ``L``
+            times the parameters).
+
+    Attributes:
+        fused: Route with :func:`~selfcaps.caps.fused_self_routing.fused_self_routing`
+            (default), which never stores the ``L * A x L * caps`` vote tensor; False
+            uses the readable :class:`~selfcaps.caps.SelfRoutingDense` forward. Both
+            compute the same values and gradients (tested in float64).
     """
 
     def __init__(
@@ -357,8 +414,11 @@ class CapsuleDecoder(nn.Module):
         caps: int,
         caps_dim: int,
         patch_pixels: int,
+        linear: DecoderLinear = "shared",
     ) -> None:
         super().__init__()
+        if linear not in ("shared", "per_position"):
+            raise ValueError(f"linear must be 'shared' or 'per_position', got {linear!r}")
         self.mask_pose = nn.Parameter(torch.empty(in_caps, in_dim))
         nn.init.normal_(self.mask_pose, std=0.02)
         # softmax(0) = 1 / in_caps: the scale of an encoder position's activations,
@@ -368,39 +428,70 @@ class CapsuleDecoder(nn.Module):
             positions * in_caps, positions * caps, in_dim, caps_dim, out_positions=positions
         )
         self.norm = nn.BatchNorm1d(caps * caps_dim)
+        self.linear, self.fused = linear, True
         fan_in = caps * caps_dim
-        bound = 1.0 / math.sqrt(fan_in)
-        self.weight = nn.Parameter(torch.empty(positions, fan_in, patch_pixels).uniform_(
-            -bound, bound))  # fmt: skip
-        self.bias = nn.Parameter(torch.empty(positions, patch_pixels).uniform_(-bound, bound))
+        if linear == "shared":
+            self.head = nn.Linear(fan_in, patch_pixels)
+        else:
+            bound = 1.0 / math.sqrt(fan_in)  # nn.Linear's initialisation, per position
+            self.weight = nn.Parameter(torch.empty(positions, fan_in, patch_pixels).uniform_(
+                -bound, bound))  # fmt: skip
+            self.bias = nn.Parameter(torch.empty(positions, patch_pixels).uniform_(-bound, bound))
+
+    def _route(self, pose: Tensor, act: Tensor) -> Tensor:
+        """Poses ``(B, L, caps, caps_dim)`` of the global self-routing layer."""
+        if not self.fused:
+            return self.route(pose, act)[0]
+        B = pose.shape[0]
+        v, _ = _self_routing(
+            self.route.core, pose.reshape(B, -1, pose.shape[-1]), act.reshape(B, -1)
+        )
+        return v.reshape(B, self.route.out_positions, -1, v.shape[-1])
 
     def forward(self, pose: Tensor, act: Tensor, ids_restore: Tensor) -> Tensor:
         """Visible ``(B, K, A, D)`` poses and activations to patch pixels ``(B, L, P)``."""
         full_pose = restore_positions(pose, self.mask_pose, ids_restore)
         full_act = restore_positions(act, torch.softmax(self.mask_act_logits, 0), ids_restore)
-        out_pose, _ = self.route(full_pose, full_act)  # (B, L, caps, caps_dim)
+        out_pose = self._route(full_pose, full_act)  # (B, L, caps, caps_dim)
         B, L = out_pose.shape[:2]
-        flat = self.norm(out_pose.reshape(B * L, -1)).view(B, L, -1).transpose(0, 1)
-        return torch.baddbmm(self.bias.unsqueeze(1), flat, self.weight).transpose(0, 1)
+        flat = self.norm(out_pose.reshape(B * L, -1)).view(B, L, -1)
+        if self.linear == "shared":
+            return self.head(flat)
+        return torch.baddbmm(self.bias.unsqueeze(1), flat.transpose(0, 1), self.weight).transpose(
+            0, 1
+        )
 
 
 class ClassCapsules(nn.Module):
-    """Point-wise self-routing to one capsule per class; activations averaged over positions.
+    r"""Point-wise self-routing to one capsule per class: activations only, averaged over positions.
+
+    At each position the encoder's ``A`` capsules route to the classes with
+    :math:`c_{ij} = \operatorname{softmax}_j(W^{route}_i u_i + b_i)` (eq. 1) and
+    the class activations are :math:`a_j = \sum_i c_{ij} a_i / \sum_i a_i` (eq. 2);
+    their mean over positions is the prediction (paper section 3.2: the class layer
+    "averages the activations of each capsule type across all spatial positions").
+    The class *poses* of eq. 3 are not computed: nothing reads them (the loss, eq. 5,
+    is on the averaged activations), so the layer holds no pose matrices.
 
     Args:
         in_caps: Encoder capsules per position.
         in_dim: Encoder pose dimension.
         num_classes: Class capsules.
-        caps_dim: Class pose dimension.
+        eps: Epsilon of the division of eq. 2.
     """
 
-    def __init__(self, in_caps: int, in_dim: int, num_classes: int, caps_dim: int) -> None:
+    def __init__(self, in_caps: int, in_dim: int, num_classes: int, eps: float = 1e-8) -> None:
         super().__init__()
-        self.route = SelfRouting1d(in_caps, num_classes, in_dim, caps_dim)
+        # Zero-initialised like every self-routing layer's routing parameters: uniform start.
+        self.weight_route = nn.Parameter(torch.zeros(in_caps, in_dim, num_classes))
+        self.bias_route = nn.Parameter(torch.zeros(in_caps, num_classes))
+        self.eps = eps
 
     def forward(self, pose: Tensor, act: Tensor) -> Tensor:
-        """Class probabilities ``(B, num_classes)``: per-position activations, averaged."""
-        _, class_act = self.route(pose, act)
+        """Class probabilities ``(B, num_classes)`` from poses and activations of every position."""
+        logits = torch.einsum("blad,adk->blak", pose, self.weight_route) + self.bias_route
+        c = torch.softmax(logits, dim=-1)  # eq. 1
+        class_act = (c * act.unsqueeze(-1)).sum(2) / (act.sum(2, keepdim=True) + self.eps)
         return class_act.mean(dim=1)
 
 
@@ -438,13 +529,20 @@ class MCAENet(nn.Module):
         encoder_caps: Capsules per position of each encoder layer.
         decoder_caps: Capsules per position of the decoder's global layer.
         decoder_dim: Their pose dimension.
-        class_caps_dim: Pose dimension of the class capsules.
+        decoder_linear: ``"shared"`` (the paper's single linear layer) or
+            ``"per_position"`` (ours), see :class:`CapsuleDecoder`.
         mask_ratio: Default fraction of masked positions in :meth:`forward_pretrain`.
+        target: What the decoder regresses: ``"pixels"`` (paper eq. 4, "the actual pixel
+            values": the input with the normalisation ``x * pixel_std + pixel_mean``
+            undone) or ``"normalized"`` (ours: the network's normalised input).
+        pixel_mean: Per-channel mean the input was normalised with (``None``: the input
+            holds the pixel values already).
+        pixel_std: Per-channel standard deviation of that normalisation.
         decoder: Build the decoder (False for a finetuned classifier, which drops it).
 
     Examples:
         >>> net = MCAENet(img_size=16, patch_size=4, dim=16, primary_caps=4, caps_dim=4,
-        ...               encoder_caps=4, decoder_caps=2, decoder_dim=4, class_caps_dim=4)
+        ...               encoder_caps=4, decoder_caps=2, decoder_dim=4)
         >>> x = torch.randn(2, 3, 16, 16)
         >>> out = net.forward_pretrain(x)
         >>> out.pred.shape, int(out.mask.sum()), net(x).shape
@@ -468,13 +566,29 @@ class MCAENet(nn.Module):
         encoder_caps: int = 16,
         decoder_caps: int = 4,
         decoder_dim: int = 16,
-        class_caps_dim: int = 16,
+        decoder_linear: DecoderLinear = "shared",
         mask_ratio: float = 0.5,
+        target: Target = "pixels",
+        pixel_mean: Sequence[float] | None = None,
+        pixel_std: Sequence[float] | None = None,
         decoder: bool = True,
     ) -> None:
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
+        if target not in ("pixels", "normalized"):
+            raise ValueError(f"target must be 'pixels' or 'normalized', got {target!r}")
+        self.target = target
+        mean = torch.zeros(in_chans) if pixel_mean is None else torch.tensor(pixel_mean)
+        std = torch.ones(in_chans) if pixel_std is None else torch.tensor(pixel_std)
+        if mean.shape != (in_chans,) or std.shape != (in_chans,):
+            raise ValueError(
+                f"pixel_mean / pixel_std need {in_chans} values (one per channel), got "
+                f"{pixel_mean} / {pixel_std}"
+            )
+        # Not in the state dict: they come with the data, not with training.
+        self.register_buffer("pixel_mean", mean.float().view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", std.float().view(1, -1, 1, 1), persistent=False)
         self.img_size, self.in_chans, self.patch_size = img_size, in_chans, patch_size
         self.grid = (img_size // patch_size, img_size // patch_size)
         self.num_positions = self.grid[0] * self.grid[1]
@@ -494,14 +608,25 @@ class MCAENet(nn.Module):
         self.decoder = (
             CapsuleDecoder(
                 self.num_positions, encoder_caps, caps_dim, decoder_caps, decoder_dim,
-                patch_size * patch_size * in_chans,
+                patch_size * patch_size * in_chans, decoder_linear,
             )
             if decoder
             else None
         )  # fmt: skip
-        self.class_caps = ClassCapsules(encoder_caps, caps_dim, num_classes, class_caps_dim)
+        self.class_caps = ClassCapsules(encoder_caps, caps_dim, num_classes)
         self.num_classes = num_classes
         self.num_features = self.backbone.num_features
+
+    def use_fused_routing(self, enabled: bool) -> MCAENet:
+        """Route the encoder and decoder fused (default) or through the readable layers.
+
+        Both give the same values and gradients; the readable path is what tests
+        compare against and what FLOP counters see op by op.
+        """
+        self.encoder.fused = enabled
+        if self.decoder is not None:
+            self.decoder.fused = enabled
+        return self
 
     def _check_input(self, x: Tensor, exact: bool) -> None:
         ok = x.dim() == 4 and x.shape[1] == self.in_chans
@@ -539,7 +664,23 @@ class MCAENet(nn.Module):
         masking = random_masking(x.shape[0], self.num_positions, ratio, x.device, generator)
         pose, act, _ = self.encode(x, masking)
         pred = self.decoder(pose, act, masking.ids_restore)
-        return MaskedReconstruction(pred, patchify(x, self.patch_size), masking.mask)
+        if self.target == "pixels":
+            # The linear layer's outputs are read in the input's normalised units and mapped to
+            # pixel values: still one affine map of the poses (Fig. 1), but it starts near the
+            # dataset mean instead of 0 (see the module docstring).
+            P = pred.shape[-1]
+            std = self.pixel_std.to(pred.dtype).flatten().repeat(P // self.in_chans)
+            mean = self.pixel_mean.to(pred.dtype).flatten().repeat(P // self.in_chans)
+            pred = pred * std + mean
+        return MaskedReconstruction(
+            pred, patchify(self.target_images(x), self.patch_size), masking.mask
+        )
+
+    def target_images(self, x: Tensor) -> Tensor:
+        """What the decoder regresses for input ``x``: its pixel values, or ``x`` itself."""
+        if self.target == "normalized":
+            return x
+        return x * self.pixel_std.to(x.dtype) + self.pixel_mean.to(x.dtype)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """Backbone features averaged over positions, ``(B, num_features)``."""
@@ -555,7 +696,11 @@ class MCAENet(nn.Module):
         return self.class_caps(*self.capsule_features(x))
 
     def reconstruct(self, out: MaskedReconstruction) -> tuple[Tensor, Tensor]:
-        """Images ``(masked input, reconstruction with the visible patches pasted in)``."""
+        """Images ``(masked input, reconstruction with the visible patches pasted in)``.
+
+        Both are in the target's space (:meth:`target_images`): pixel values for
+        ``target="pixels"``.
+        """
         keep = (~out.mask).unsqueeze(-1).to(out.pred.dtype)
         masked = unpatchify(out.target * keep, self.patch_size, self.grid, self.in_chans)
         pasted = out.pred * (1 - keep) + out.target * keep
