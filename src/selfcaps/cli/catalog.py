@@ -45,6 +45,7 @@ MODELS: tuple[str, ...] = (
     "sparsecaps",
     "table1_capnet_dynamic",
     "table1_capnet_em",
+    "table1_capnet_em_procedure1",
     "table1_cnn",
     "table1_encapnet_master",
     "table1_encapnet_master_aide",
