@@ -22,7 +22,8 @@ import torch
 from omegaconf import OmegaConf
 
 from selfcaps.caps import squash
-from selfcaps.cli.config import load_yaml, resolve_data_root
+from selfcaps.cli.config import load_yaml
+from selfcaps.cli.run import resolve_data_root
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.figures import ImageGrid
@@ -30,6 +31,7 @@ from selfcaps.methods.io import load_checkpoint
 from selfcaps.viz import render_figure
 
 
+@torch.no_grad()
 def active_coefficient(net: torch.nn.Module, capsule: int, draws: torch.Tensor) -> float:
     """Mean coefficient ``e_ji`` of the sampled capsule when all 20 are routed (paper)."""
     y = draws.new_zeros(draws.shape[0], net.num_caps, net.out_dim)
