@@ -5,7 +5,10 @@ input" (``model.generation=paper``); ours routes capsule ``j`` alone (``alone``)
 loads a run directory's ``best.ckpt``, trains the run's judge once, and prints, for both
 readings: the mean routing coefficient the sampled capsule gets in ``U``'s routing, the
 per-capsule class purity of the samples, the classes covered, and the same for the
-restricted domain. It also writes ``figures/samples_<reading>[_restricted].png``.
+restricted domain; and the sign statistics of the autoencoder's code on up to 1,000 test
+images (share of positive entries; length of the mean primary capsule relative to the mean
+length, 1 when every image gives the same direction). It also writes
+``figures/samples_<reading>[_restricted].png``.
 
 Usage::
 
@@ -40,6 +43,24 @@ def active_coefficient(net: torch.nn.Module, capsule: int, draws: torch.Tensor) 
     return float(e[:, capsule].mean())
 
 
+@torch.no_grad()
+def code_statistics(net: torch.nn.Module, loader: object, limit: int = 1000) -> dict[str, float]:
+    """Share of positive code entries; |mean primary capsule| / mean |primary capsule|."""
+    codes = []
+    for x, _ in loader:  # type: ignore[attr-defined]
+        codes.append(net.ae.encode(x))
+        if sum(len(c) for c in codes) >= limit:
+            break
+    code = torch.cat(codes)[:limit]
+    caps = net.code_to_capsules(code)  # (B, 576, 8), centred if the run centres
+    ratio = caps.mean(0).norm(dim=-1) / caps.norm(dim=-1).mean(0).clamp_min(1e-12)
+    return {
+        "code_positive_share": float((code > 0).double().mean()),
+        "mean_capsule_length_ratio": float(ratio.mean()),
+        "images": float(code.shape[0]),
+    }
+
+
 def main() -> None:
     """Parse arguments, evaluate both readings, print JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,6 +81,7 @@ def main() -> None:
     g = torch.Generator().manual_seed(0)
     draws = torch.randn(200, net.num_caps, net.out_dim, generator=g)
     out: dict[str, object] = {"judge_test_top1": judge_acc}
+    out.update(code_statistics(net, dm.eval_loader("test")))
     coef = [active_coefficient(net, j, draws[:, j]) for j in range(net.num_caps)]
     out["paper_active_coefficient_mean"] = sum(coef) / len(coef)
     out["paper_active_coefficient_range"] = [min(coef), max(coef)]
