@@ -40,8 +40,10 @@ the primary capsules are ``squash(code - m)`` and generation decodes
 ``unsquash(x) + m``, where ``m`` is the mean code of the training set
 (buffer :attr:`PoECapsNet.code_mean`, measured during the first epoch of stage 2,
 see :meth:`PoECapsNet.observe_codes`). The autoencoder's codes come out of a
-leaky ReLU and are mostly positive (the mean capsule is about 90% as long as a
-typical one), so without centring the data term of Algorithm 1 grows every
+leaky ReLU: most entries are its small negative values and the few large ones positive,
+so every image's primary capsules point in nearly the same directions (the mean capsule
+over images is about 90% as long as a typical one; ``experiments/poe_generation_readings.py``),
+and without centring the data term of Algorithm 1 grows every
 ``W_ij`` along the mean code and every input gets the same capsules (measured
 in docs/methods/poe.md). This is the centring trick for Boltzmann machines (Montavon and
 Mueller, "Deep Boltzmann machines and the centering trick", 2012).
