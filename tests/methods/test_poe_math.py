@@ -13,7 +13,8 @@ from selfcaps.methods.poe import (
     cd_chain,
     class_purity,
     data_term,
-    decoder_update,
+    decoder_cd_update,
+    decoder_reconstruction_update,
     encoder_cd_update,
     log_marginal,
     reconstruction_stats,
@@ -183,14 +184,14 @@ def test_cd_training_on_a_toy_batch_separates_data_from_reconstructions():
     assert end < start < 0.05
 
 
-def test_decoder_update_by_loops_and_descent_of_its_error():
+def test_our_decoder_update_by_loops_and_descent_of_its_error():
     torch.manual_seed(1)
     n_caps, d_caps, n_prim, d_prim = 3, 4, 6, 2
     dec = RoutedCaps(n_caps, d_caps, n_prim, d_prim, init_std=0.5).double()
     y = squash(torch.randn(B, n_caps, d_caps, dtype=torch.float64))
     x = squash(torch.randn(B, n_prim, d_prim, dtype=torch.float64))
     with torch.no_grad():
-        du, stats = decoder_update(dec, y, x)
+        du, stats = decoder_reconstruction_update(dec, y, x)
         _, x_hat, e = dec.route(y)
     u = dec.weight
     expected = torch.zeros_like(u)
@@ -206,6 +207,95 @@ def test_decoder_update_by_loops_and_descent_of_its_error():
         return (x - squash(_z_loop(w, y, e, d_prim))).pow(2).sum()
 
     assert err(u + 1e-3 * du) < err(u)
+
+
+def _decoder_setup(seed=1):
+    torch.manual_seed(seed)
+    n_caps, d_caps, n_prim, d_prim = 3, 4, 6, 2
+    dec = RoutedCaps(n_caps, d_caps, n_prim, d_prim, init_std=0.5).double()
+    y = squash(torch.randn(B, n_caps, d_caps, dtype=torch.float64))
+    z = 2.0 * torch.randn(B, n_prim, d_prim, dtype=torch.float64)
+    return dec, y, z
+
+
+def _paper_decoder_loop(u, y, z, e):
+    """Section 4.1's dU, one (b, j, i) at a time, from the literal z~ and x~ formulas."""
+    bsz, n_caps, _ = y.shape
+    n_prim, d_prim = z.shape[1:]
+    z_t = torch.zeros(bsz, n_prim, d_prim, dtype=y.dtype)  # z~_i = sum_j e_ji U_ji x_j
+    for b in range(bsz):
+        for i in range(n_prim):
+            for j in range(n_caps):
+                z_t[b, i] += e[b, j, i] * (y[b, j] @ _block(u, j, i, d_prim))
+    x_t = torch.zeros_like(y)  # x~_j = squash(sum_i e_ji U_ji^T z~_i)
+    for b in range(bsz):
+        for j in range(n_caps):
+            for i in range(n_prim):
+                x_t[b, j] += e[b, j, i] * (_block(u, j, i, d_prim) @ z_t[b, i])
+    x_t = squash(x_t)
+    du = torch.zeros_like(u)
+    for b in range(bsz):
+        for j in range(n_caps):
+            for i in range(n_prim):
+                pos = torch.outer(y[b, j], z[b, i]) / (1 + z[b, i].pow(2).sum())
+                neg = torch.outer(x_t[b, j], z_t[b, i]) / (1 + z_t[b, i].pow(2).sum())
+                _block(du, j, i, d_prim).add_(2 * e[b, j, i] * (pos - neg) / bsz)
+    return du, z_t, x_t
+
+
+def test_paper_decoder_rule_against_a_literal_loop():
+    dec, y, z = _decoder_setup()
+    with torch.no_grad():
+        du, stats = decoder_cd_update(dec, y, z)
+        _, _, e = dec.route(y)
+    expected, z_t, x_t = _paper_decoder_loop(dec.weight, y, z, e)
+    torch.testing.assert_close(du, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(stats["recon_caps_mse"], (squash(z) - squash(z_t)).pow(2).mean())
+    torch.testing.assert_close(stats["caps_recon_mse"], (y - x_t).pow(2).mean())
+
+
+def test_a_step_of_the_paper_decoder_rule_raises_the_data_model_contrast():
+    """Derived in decoder_cd_update: dU is the gradient of the bilinear contrast D(U).
+
+    D(U) = 2 sum_i [s(z_i) . g_i(U; x) - s(z~_i) . g_i(U; x~)] with e, s(z) and s(z~) fixed;
+    an SGD step with grad = -dU (lr, no momentum) raises D by exactly lr |dU|^2. A flipped
+    sign would lower it.
+    """
+    dec, y, z = _decoder_setup(seed=3)
+    with torch.no_grad():
+        du, _ = decoder_cd_update(dec, y, z)
+        _, _, e = dec.route(y)
+    _, z_t, x_t = _paper_decoder_loop(dec.weight, y, z, e)
+
+    def stat(v):
+        return v / (1 + v.pow(2).sum(-1, keepdim=True))
+
+    s_data, s_model = stat(z), stat(z_t)
+
+    def contrast(u):
+        g_data = _z_loop(u, y, e, z.shape[2])  # g_i(U; x) = sum_j e_ji U_ji x_j
+        g_model = _z_loop(u, x_t, e, z.shape[2])
+        return 2 * ((s_data * g_data).sum() - (s_model * g_model).sum()) / B
+
+    lr = 0.05
+    dec.weight.grad = -du
+    before = contrast(dec.weight.detach().clone())
+    torch.optim.SGD(dec.parameters(), lr=lr).step()
+    after = contrast(dec.weight.detach())
+    torch.testing.assert_close(after - before, lr * du.pow(2).sum(), rtol=1e-9, atol=0)
+    assert after > before
+
+
+def test_paper_decoder_training_moves_u_output_towards_the_data_code():
+    """Full steps (routing recomputed) bring U's routed output z~ towards the data's z."""
+    dec, y, z = _decoder_setup(seed=2)
+    z = 0.5 * z
+    with torch.no_grad():
+        start = decoder_cd_update(dec, y, z)[1]["recon_caps_mse"]
+        for _ in range(200):
+            dec.weight += 0.5 * decoder_cd_update(dec, y, z)[0]
+        end = decoder_cd_update(dec, y, z)[1]["recon_caps_mse"]
+    assert end < 0.5 * start
 
 
 def test_stage_schedule_and_purity():
@@ -225,6 +315,9 @@ def test_stage_schedule_and_purity():
         ("model.decoder_normalize", "both", "model.decoder_normalize"),
         ("cd.sparsity", -1.0, "cd.sparsity"),
         ("cd.sparsity_target", 1.0, "cd.sparsity_target"),
+        ("cd.decoder_rule", "mirror", "cd.decoder_rule"),
+        ("cd.decoder_target", "pixels", "cd.decoder_target"),
+        ("model.generation", "zeros", "model.generation"),
     ],
 )
 def test_validate_config_names_the_key(key, value, match):

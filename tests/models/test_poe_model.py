@@ -1,5 +1,7 @@
 """The PoE capsule network: sizes, tied weights, capsule layout, routing, sampling."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -107,30 +109,57 @@ def test_sampling_is_deterministic_under_a_seed():
     torch.testing.assert_close(a[20 + 3], net.generate(3, s[1:2, 3])[0])
 
 
-def test_generation_routes_one_capsule_and_unsquashes():
+def _code_of(v, bsz):
+    """Unsquash primary capsules (B, 72, 8) of a 16-channel net and reshape to its code."""
+    return unsquash(v).reshape(bsz, 2, 6, 6, 8).permute(0, 1, 4, 2, 3).reshape(bsz, 16, 6, 6)
+
+
+def test_paper_generation_routes_the_zero_capsules_too_by_hand():
+    """Section 4.2: "the other 19 capsules having 0 as their input" (the default).
+
+    Cosine agreement, coefficients normalised over the 20 children: a zero capsule's vote has
+    cosine 0 with everything and the active one's cosine 1, so the logits of the active
+    capsule go 0, 1, 2 over the three iterations and its final coefficient is
+    e^2 / (e^2 + 19) = 0.2800 for every primary capsule, computed here by hand.
+    """
     torch.manual_seed(0)
     net = PoECapsNet(channels=16, init_std=0.3).double().eval()  # 2 types x 36 = 72 capsules
+    assert net.generation == "paper"
     s = torch.randn(3, 16, dtype=torch.float64)
+    e_active = math.exp(2) / (math.exp(2) + 19)
+    assert abs(e_active - 0.2800) < 1e-4
     y = torch.zeros(3, 20, 16, dtype=torch.float64)
     y[:, 4] = squash(s)
-    # only capsule 4 is routed: with children normalisation its coefficients are all 1,
-    # so the primary capsules are squash(U_4j y_4) at full strength
-    v = squash(torch.einsum("iod,bd->bio", net.decoder.matrices[4], y[:, 4]))
-    code = unsquash(v).reshape(3, 2, 6, 6, 8).permute(0, 1, 4, 2, 3).reshape(3, 16, 6, 6)
-    torch.testing.assert_close(net.generate(4, s), net.ae.decode(code))
-    # routing all 20 capsules would give the 19 silent ones 19/20 of the coefficients
-    # and shrink the routed input ~20x (here the primary capsules ~10x)
-    _, v_all, e = net.decoder.route(y)
-    torch.testing.assert_close(e[:, 0], e[:, 7])
-    assert (v_all.norm(dim=-1) < 0.25 * v.norm(dim=-1)).all()
+    _, _, e = net.decoder.route(y)
+    # (the cosine's safe norm, sqrt(|x|^2 + 1e-12), keeps the cosine a hair below 1)
+    full = torch.full((3, 72), e_active, dtype=torch.float64)
+    torch.testing.assert_close(e[:, 4], full, rtol=0, atol=1e-5)
+    v = squash(e[:, 4, :, None] * torch.einsum("iod,bd->bio", net.decoder.matrices[4], y[:, 4]))
+    torch.testing.assert_close(net.generate(4, s), net.ae.decode(_code_of(v, 3)))
     with pytest.raises(IndexError):
         net.generate(20, s)
 
 
-def test_generation_with_parents_normalisation_equals_routing_every_capsule():
-    # a per-child softmax: the silent capsules never affected the active one's coefficients
+def test_generation_alone_routes_only_the_sampled_capsule():
     torch.manual_seed(0)
-    net = PoECapsNet(channels=16, init_std=0.3, normalize="parents").double().eval()
+    net = PoECapsNet(channels=16, init_std=0.3, generation="alone").double().eval()
+    s = torch.randn(3, 16, dtype=torch.float64)
+    # one child: its coefficients are all 1 (children normalisation), full-size vote
+    v = squash(torch.einsum("iod,bd->bio", net.decoder.matrices[4], squash(s)))
+    torch.testing.assert_close(net.generate(4, s), net.ae.decode(_code_of(v, 3)))
+    paper = PoECapsNet(channels=16, init_std=0.3).double().eval()
+    paper.load_state_dict(net.state_dict())
+    assert not torch.allclose(paper.generate(4, s), net.generate(4, s))
+    with pytest.raises(ValueError, match="generation"):
+        PoECapsNet(generation="zeros")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("generation", ["paper", "alone"])
+def test_generation_with_parents_normalisation_equals_routing_every_capsule(generation):
+    # a per-child softmax: the silent capsules never affect the active one's coefficients
+    torch.manual_seed(0)
+    net = PoECapsNet(channels=16, init_std=0.3, normalize="parents", generation=generation)
+    net = net.double().eval()
     s = torch.randn(3, 16, dtype=torch.float64)
     y = torch.zeros(3, 20, 16, dtype=torch.float64)
     y[:, 9] = squash(s)

@@ -26,22 +26,20 @@ in stage 3), so a resumed run continues in the right stage:
    With ``model.center=true`` (not the paper's; see :mod:`selfcaps.models.poe`) the
    primary capsules are squashed *centred* codes; the mean code is the running mean
    over the first epoch after stage 1 (every code seen so far is in it).
-3. **Capsule decoder U** (``[a+b, ...)``), W frozen: the capsules ``y_j`` of the
-   data (through W) are routed top-down through ``U`` (children: the 20
-   capsules, parents: the 576 primary capsules, coefficients ``e_ji``) to
-   ``x^_i = squash(sum_j e_ji U_ji y_j)``, and
+3. **Capsule decoder U** (``[a+b, ...)``), W frozen, the paper's rule
+   (``cd.decoder_rule=paper``, section 4.1, :func:`decoder_cd_update`): with the data's
+   capsules ``x_j`` (through W) and the data's ``z_i``, route ``x_j`` through ``U``
+   (children: the 20 capsules, parents: the 576 primary capsules, coefficients ``e_ji``),
+   ``z~_i = sum_j e_ji U_ji x_j``, ``x~_j = squash(sum_i e_ji U_ji^T z~_i)``, and
 
-       dU_ji = 2 e_ji ( x_i - x^_i ) y_j^T
+       dU_ji = 2 e_ji ( z_i x_j^T / (1 + |z_i|^2) - z~_i x~_j^T / (1 + |z~_i|^2) ).
 
-   where ``x_i`` are the data's primary capsules. This is our reading of "the
-   analogous rule": contrastive divergence on the bilinear energy
-   ``-sum e_ji x_i^T U_ji y_j`` with the capsule layer clamped to the frozen
-   encoder's code in both phases, the positive phase clamped to the data and
-   the negative phase the mean-field top-down reconstruction; its fixed point is
-   ``x^ = x``. (The paper gives no formula; the literal mirror of Algorithm 1,
-   with the 20 capsules as the visible layer, never sees the primary capsules of
-   the data, so its 576 hidden units would have no reason to match the
-   autoencoder's code that generation decodes.)
+   The paper says the data's ``z_i`` and ``x_j`` "are fixed by the W_ij's" and does not
+   spell out ``z_i``: ``cd.decoder_target=code`` (default) takes the data's pre-squash
+   primary capsules ``unsquash(x_i)`` (the autoencoder's code, which generation decodes);
+   ``transpose`` takes Algorithm 1's reconstruction ``sum_j c_ij W_ij^T x_j``.
+   ``cd.decoder_rule=reconstruction`` is ours (:func:`decoder_reconstruction_update`):
+   ``dU_ji = 2 e_ji (x_i - x^_i) y_j^T`` with ``x^_i = squash(sum_j e_ji U_ji y_j)``.
 
 CD updates are applied as gradients (``p.grad = -dW``) of SGD with momentum,
 L2 regularisation (``weight_decay``) and a per-epoch learning-rate decay
@@ -60,7 +58,7 @@ about 1000 times smaller and ``cd.lr_decoder`` about 1000 times larger.
 ``model.decoder_normalize`` gives U its own normalisation.
 
 Competing capsules (the ``competitive`` preset; not the paper): with the paper's
-settings every capsule is about equally on for every input (measured in the README),
+settings every capsule is about equally on for every input (measured in docs/methods/poe.md),
 so no capsule comes to stand for one object and single-capsule samples collapse to
 one image. The preset combines three changes: centred codes (``model.center``), W
 routed with the softmax over parents (the 20 capsules compete for each primary
@@ -101,7 +99,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from selfcaps.caps import squash
+from selfcaps.caps import squash, unsquash
 from selfcaps.data import EvalTransform
 from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod
@@ -117,7 +115,8 @@ __all__ = [
     "cd_chain",
     "class_purity",
     "data_term",
-    "decoder_update",
+    "decoder_cd_update",
+    "decoder_reconstruction_update",
     "encoder_cd_update",
     "free_energies",
     "log_marginal",
@@ -264,8 +263,72 @@ def encoder_cd_update(
     return update, stats
 
 
-def decoder_update(layer: RoutedCaps, y: Tensor, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    """One update of the capsule decoder ``U``: ``2 e_ji (x_i - x^_i) y_j^T``, batch mean.
+def decoder_cd_update(
+    layer: RoutedCaps, y: Tensor, z_data: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    r"""The paper's update of the capsule decoder ``U`` (section 4.1), batch mean.
+
+    Section 4.1, after "After the W_ij's are trained": with the data's capsules ``x_j``
+    (``y`` here, through the frozen ``W``) and the data's primary-capsule total inputs
+    ``z_i`` (``z_data``), route ``y`` through ``U`` for the coefficients ``e_ji`` and form
+    the model's ``z~_i = sum_j e_ji U_ji x_j`` and ``x~_j = squash(sum_i e_ji U_ji^T z~_i)``
+    (no squash of ``z~_i`` in between, as written); then
+
+        dU_ji = 2 e_ji ( z_i x_j^T / (1 + |z_i|^2) - z~_i x~_j^T / (1 + |z~_i|^2) ).
+
+    Which way a step goes (derived, not assumed). Write ``s(z) = z / (1 + |z|^2)`` and
+    ``g_i(U; v) = sum_j e_ji U_ji v_j`` (linear in ``U``). With ``e`` and both statistics
+    ``s(z_i)``, ``s(z~_i)`` held fixed, as Algorithm 1 holds ``c`` fixed,
+
+        D(U) = 2 sum_i [ s(z_i) . g_i(U; x) - s(z~_i) . g_i(U; x~) ]
+
+    has ``dD/dU_ji = 2 e_ji (s(z_i) x_j^T - s(z~_i) x~_j^T) = dU_ji`` exactly. ``D`` is
+    the RBM contrast ``<v h>_data - <v h>_model`` of the bilinear energy
+    ``E(h, v) = -2 sum_i h_i . g_i(U; v)`` with mean-field hidden units ``h = s(z)``
+    (the 576 primary capsules) and visible units ``v`` (the 20 capsules): data pair
+    ``(s(z), x)``, model pair ``(s(z~), x~)``. A step ``U <- U + lr dU`` (SGD with
+    ``grad = -dU``) raises ``D`` by ``lr |dU|^2`` (``D`` is linear in ``U``): the data
+    pair's energy falls relative to the model pair's. It is not the gradient of a free
+    energy of a single configuration (``z~_i`` is computed at ``x``, the negative statistic
+    is paired with ``x~``), so "lowers the free energy of the data relative to the
+    reconstruction" is not a statement the rule guarantees. The update vanishes when the
+    model reproduces the data, ``z~ = z`` and ``x~ = x``; with ``z_data`` the data's
+    pre-squash primary capsules (``target="code"`` in :meth:`PoE.compute_loss`), that is
+    ``U``'s routed output matching the code that generation unsquashes and decodes.
+
+    Args:
+        layer: The decoder ``U`` (children: the 20 capsules; parents: primary capsules).
+        y: The data's capsules through the frozen encoder, ``(B, M_caps, D)``.
+        z_data: The data's primary-capsule total inputs ``(B, N_primary, D_primary)``.
+
+    Returns:
+        ``(dU, stats)`` with ``recon_caps_mse``: ``squash(z)`` vs ``squash(z~)`` (the
+        primary capsules of the data and of ``U``'s routed output, as in
+        :func:`decoder_reconstruction_update`) and ``caps_recon_mse``: ``x`` vs ``x~``.
+    """
+    z_model, _, e = layer.route(y)
+    x_model = squash(layer.transpose(z_model, e))
+    positive = _outer(e, _expert_statistic(z_data), y)
+    negative = _outer(e, _expert_statistic(z_model), x_model)
+    stats = {
+        "recon_caps_mse": (squash(z_data) - squash(z_model)).pow(2).mean(),
+        "caps_recon_mse": (y - x_model).pow(2).mean(),
+    }
+    return 2.0 * (positive - negative), stats
+
+
+def decoder_reconstruction_update(
+    layer: RoutedCaps, y: Tensor, x: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Our update of ``U`` (``cd.decoder_rule=reconstruction``): ``2 e_ji (x_i - x^_i) y_j^T``.
+
+    Not the paper's rule (:func:`decoder_cd_update` is). The data's capsules ``y_j`` are
+    routed top-down through ``U`` to ``x^_i = squash(sum_j e_ji U_ji y_j)``; the update is
+    CD on the bilinear energy ``-sum e_ji x_i^T U_ji y_j`` with the capsules clamped to the
+    encoder's code in both phases, the positive phase clamped to the data's primary capsules
+    ``x_i`` and the negative phase the top-down reconstruction; its fixed point is
+    ``x^ = x``. Kept because it is what the ``competitive`` preset was measured with: it
+    trains ``U`` directly on the squashed primary capsules that generation decodes.
 
     Args:
         layer: The decoder ``U`` (children: the capsules ``y``; parents: primary capsules).
@@ -449,6 +512,16 @@ class PoE(CapsuleMethod):
                 "model.decoder_normalize: expected null (as model.normalize), children or "
                 f"parents, got {m.decoder_normalize!r}"
             )
+        if m.generation not in ("paper", "alone"):
+            raise ValueError(f"model.generation: expected paper or alone, got {m.generation!r}")
+        if cd.decoder_rule not in ("paper", "reconstruction"):
+            raise ValueError(
+                f"cd.decoder_rule: expected paper or reconstruction, got {cd.decoder_rule!r}"
+            )
+        if cd.decoder_target not in ("code", "transpose"):
+            raise ValueError(
+                f"cd.decoder_target: expected code or transpose, got {cd.decoder_target!r}"
+            )
         if m.agreement not in ("cosine", "dot"):
             raise ValueError(f"model.agreement: expected cosine or dot, got {m.agreement!r}")
         stages = list(m.stage_epochs)
@@ -536,8 +609,14 @@ class PoE(CapsuleMethod):
                 )
                 param, loss = net.encoder.weight, stats["free_energy_gap"]
             else:
-                _, y, _ = net.encoder.route(caps)
-                update, stats = decoder_update(net.decoder, y, caps)
+                _, y, c = net.encoder.route(caps)
+                if cd.decoder_rule == "reconstruction":
+                    update, stats = decoder_reconstruction_update(net.decoder, y, caps)
+                else:
+                    z_data = unsquash(caps) if cd.decoder_target == "code" else None
+                    if z_data is None:  # "transpose": Algorithm 1's sum_j c_ij W_ij^T x_j
+                        z_data = net.encoder.transpose(y, c)
+                    update, stats = decoder_cd_update(net.decoder, y, z_data)
                 param, loss = net.decoder.weight, stats["recon_caps_mse"]
                 if self._hemisphere_sum is not None:
                     self._hemisphere_sum += y.sum(0).double()

@@ -19,26 +19,39 @@ parts, trained one after the other by ``selfcaps.methods.poe``:
   ``decoder_normalize`` sets U's apart (the ``competitive`` preset of
   :mod:`selfcaps.methods.poe` routes W over parents and U over children).
 
-Generation (section 4.2): for capsule ``j`` draw ``s ~ N(0, I_16)``, set every
-other capsule to zero, squash, route through ``U`` to the 576 primary capsules,
-unsquash, reshape to 6x6x128 and decode; the zero capsules take no part in the
-routing (see :meth:`PoECapsNet.generate`). Restricted-domain sampling reflects
-each draw into the half-space of the mean direction of capsule ``j`` over the
-training set (buffer :attr:`PoECapsNet.hemisphere`, filled during stage 3).
+Generation (section 4.2, Fig. 1): for capsule ``j`` draw ``s ~ N(0, I_16)``, "with the
+other 19 capsules having 0 as their input"; squash, "dynamically route with the U_ji's to the
+8-dimensional decoded capsule space, unsquash and reshape", and decode. ``generation="paper"``
+(the default) does this literally: all 20 capsules, 19 of them zero, are routed through ``U``.
+With cosine agreement and coefficients normalised over the 20 children, a zero capsule agrees
+with nothing (cosine 0) and the active one fully (cosine 1), so after the three iterations the
+active capsule's coefficient is ``e^2 / (e^2 + 19) = 0.280`` for every primary capsule (logits
+0, 1, 2 over the iterations; tested by hand): its vote enters at 0.28 of its full size. In
+training the 20 capsules are all on and each takes about 1/20, so a generated capsule's vote is
+about 5.6 times its share in training, not smaller. ``generation="alone"`` (ours) routes only
+capsule ``j``'s votes (coefficient 1). With ``normalize="parents"`` (a per-child softmax) the
+zero capsules never change the active one's coefficients and both readings give the same
+images. Restricted-domain sampling reflects each draw into the half-space of the mean
+direction of capsule ``j`` over the training set (buffer :attr:`PoECapsNet.hemisphere`,
+filled during stage 3).
 
 **Centred codes** (``center=True``; off by default, a deviation from the paper):
 the primary capsules are ``squash(code - m)`` and generation decodes
 ``unsquash(x) + m``, where ``m`` is the mean code of the training set
 (buffer :attr:`PoECapsNet.code_mean`, measured during the first epoch of stage 2,
 see :meth:`PoECapsNet.observe_codes`). The autoencoder's codes come out of a
-leaky ReLU and are mostly positive (the mean capsule is about 90% as long as a
-typical one), so without centring the data term of Algorithm 1 grows every
+leaky ReLU: most entries are its small negative values and the few large ones positive,
+so every image's primary capsules point in nearly the same directions (the mean capsule
+over images is about 90% as long as a typical one; ``experiments/poe_generation_readings.py``),
+and without centring the data term of Algorithm 1 grows every
 ``W_ij`` along the mean code and every input gets the same capsules (measured
-in the README's PoE section). This is the centring trick for Boltzmann machines (Montavon and
+in docs/methods/poe.md). This is the centring trick for Boltzmann machines (Montavon and
 Mueller, "Deep Boltzmann machines and the centering trick", 2012).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +60,9 @@ from torch import Tensor, nn
 from selfcaps.caps import DenseCaps, dynamic_routing, squash, unsquash
 from selfcaps.caps.routing import Agreement, Normalize
 from selfcaps.models._registry import register_alias, register_model
+
+#: How a single capsule is decoded: the paper's (the others routed with input 0) or ours.
+Generation = Literal["paper", "alone"]
 
 __all__ = ["PoECapsNet", "RoutedCaps", "TiedConvAutoencoder", "poe"]
 
@@ -135,7 +151,9 @@ class RoutedCaps(DenseCaps):
     :math:`\tilde z_i = \sum_j c_{ij} W_{ij}^\top x_j`. The weight keeps ``DenseCaps``'s GEMM
     layout ``(N, in_dim, M * out_dim)``; :attr:`matrices` views it as ``(N, M, out_dim,
     in_dim)`` (``matrices[i, j]`` is :math:`W_{ij}`). Defaults are the paper's: cosine
-    agreement, coefficients normalised over children (``sum_i c_ij = 1``), N(0, 0.01) init.
+    agreement, coefficients normalised over children (``sum_i c_ij = 1``), and Algorithm 1's
+    "W ~ N(0, 0.01)" read as a standard deviation of 0.01 (``init_std``; read as a variance,
+    the standard deviation is 0.1: ``init_std=0.1``).
 
     Args:
         in_caps: Children ``N``.
@@ -211,9 +229,12 @@ class PoECapsNet(nn.Module):
         normalize: ``"children"`` or ``"parents"`` (see :class:`RoutedCaps`) for the encoder
             ``W`` and, unless ``decoder_normalize`` is given, the decoder ``U``.
         decoder_normalize: The decoder's normalisation, if it differs from ``normalize``.
-        init_std: Initial weight standard deviation of ``W`` and ``U``.
+        init_std: Initial weight standard deviation of ``W`` and ``U`` (Algorithm 1's
+            "N(0, 0.01)": 0.01 if the 0.01 is the standard deviation, 0.1 if the variance).
         center: Subtract the training set's mean code before squashing (module
             docstring); the paper does not.
+        generation: ``"paper"`` (the other capsules are routed with input 0) or
+            ``"alone"`` (only the sampled capsule is routed); see the module docstring.
 
     Examples:
         >>> net = PoECapsNet().eval()
@@ -239,8 +260,11 @@ class PoECapsNet(nn.Module):
         init_std: float = 0.01,
         center: bool = False,
         decoder_normalize: Normalize | None = None,
+        generation: Generation = "paper",
     ) -> None:
         super().__init__()
+        if generation not in ("paper", "alone"):
+            raise ValueError(f"generation: expected 'paper' or 'alone', got {generation!r}")
         if channels % caps_dim:
             raise ValueError(f"channels ({channels}) must be a multiple of caps_dim ({caps_dim})")
         self.ae = TiedConvAutoencoder(
@@ -259,7 +283,7 @@ class PoECapsNet(nn.Module):
         )  # fmt: skip
         #: Mean pose of each capsule over the training set (restricted-domain sampling).
         self.register_buffer("hemisphere", torch.zeros(num_caps, out_dim))
-        self.center = center
+        self.center, self.generation = center, generation
         #: Mean code of the training set ``(channels, s, s)`` (``center=True``) and the
         #: number of images it is the mean of (float64, so that it can keep counting).
         self.register_buffer("code_mean", torch.zeros(channels, s, s))
@@ -356,26 +380,20 @@ class PoECapsNet(nn.Module):
     def generate(self, capsule: int, draws: Tensor) -> Tensor:
         """Images from draws ``(n, out_dim)`` for one capsule, every other capsule zero.
 
-        The capsules that are off (zero) take no part in ``U``'s routing: only capsule
-        ``j``'s votes are routed. With the paper's normalisation over children
-        (``sum_j e_ji = 1`` over the 20 capsules) the 19 zero capsules would otherwise
-        take about 19/20 of every coefficient ``e_ji`` while voting nothing, shrinking
-        the routed total input ~20x (the squashed primary capsules ~400x) below
-        anything seen in training, so every capsule's samples decoded to the same
-        near-constant image. With ``normalize="parents"`` (per-child softmax) a zero
-        child never affected the other children's coefficients, so this is unchanged.
+        ``generation="paper"``: the 20 capsules (19 of them 0) are squashed and routed
+        through ``U`` (:meth:`decode_capsules`). ``"alone"``: only capsule ``j``'s votes are
+        routed. See the module docstring for the coefficients each gives.
         """
         if not 0 <= capsule < self.num_caps:
             raise IndexError(f"capsule {capsule} out of range [0, {self.num_caps})")
+        if self.generation == "paper":
+            y = draws.new_zeros(draws.shape[0], self.num_caps, self.out_dim)
+            y[:, capsule] = squash(draws)
+            return self.decode_capsules(y)
         dec = self.decoder
         # votes of capsule j alone, (n, 1, 576, 8): its row of the GEMM-layout weight
         u_hat = (squash(draws) @ dec.weight[capsule]).view(-1, 1, dec.out_caps, dec.out_dim)
-        v, _ = dynamic_routing(
-            u_hat,
-            dec.iters,
-            agreement=dec.agreement,
-            normalize=dec.normalize,
-        )
+        v, _ = dynamic_routing(u_hat, dec.iters, agreement=dec.agreement, normalize=dec.normalize)
         return self.ae.decode(self.capsules_to_code(v))
 
     @torch.no_grad()
