@@ -23,7 +23,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-import selfcaps.cli.run
+import selfcaps.methods.engine
 import selfcaps.methods.mcae
 from selfcaps.cli.main import main
 from selfcaps.methods import get_method, list_methods
@@ -79,12 +79,13 @@ def install(point: str, n: int) -> None:
         for name in list_methods():
             get_method(name).evaluate = lambda self, dm: die()  # type: ignore[method-assign]
     else:
-        build = selfcaps.cli.run.build_trainer
+        # `selfcaps run` imports build_trainer from the engine when a run starts
+        build = selfcaps.methods.engine.build_trainer
 
         def killing_build(*args: Any, **kwargs: Any) -> L.Trainer:
             return build(*args, **kwargs, callbacks=[Killer(point, n)])
 
-        selfcaps.cli.run.build_trainer = killing_build  # type: ignore[assignment]
+        selfcaps.methods.engine.build_trainer = killing_build  # type: ignore[assignment]
 
 
 if __name__ == "__main__":
