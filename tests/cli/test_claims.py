@@ -15,7 +15,7 @@ from selfcaps.methods import get_method, list_methods
 def _args(out: Path, **kw) -> argparse.Namespace:
     base = dict(
         methods=None, seeds=3, out=out, data_root=None, paper=False, budget=None,
-        budget_given=False, set=[],
+        set=[],
     )  # fmt: skip
     base.update(kw)
     return argparse.Namespace(**base)
@@ -51,7 +51,7 @@ def test_plan_shares_runs_between_arms_with_the_same_arguments(tmp_path):
     assert all(
         "--max-time" not in r.command for p in plans.values() for rs in p.runs.values() for r in rs
     )
-    budgeted = plan_claims(_args(tmp_path, budget=2.0, budget_given=True, methods=["coca"]))
+    budgeted = plan_claims(_args(tmp_path, budget=2.0, methods=["coca"]))
     assert "--max-time" in budgeted[0].runs[()][0].command
 
 

@@ -25,6 +25,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "execute",
     "png_figure_html",
     "render_report",
+    "run_command",
 ]
 
 DEFAULT_DATASETS = ("mnist5k", "mnist", "cifar10")
@@ -154,26 +156,54 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
             if dataset not in get_method(m).bench_datasets:
                 continue
             run_dir = args.out / "runs" / m / dataset.replace(":", "_").replace("/", "_")
-            cmd = [
-                "selfcaps",
-                "run",
+            preset = "paper" if args.paper else default_preset(m, dataset)
+            cmd = run_command(
                 m,
-                "--preset",
-                "paper" if args.paper else default_preset(m, dataset),
-                "--data",
+                preset,
                 dataset,
-                "--max-time",
-                f"{_methods_budget(args):g}",
-                "--out",
-                str(run_dir),
-                "--no-progress",
-            ]
-            if args.data_root:
-                cmd += ["--data-root", args.data_root]
-            rows.append(BenchRow(dataset, m, run_dir, cmd + list(args.set)))
+                run_dir,
+                budget=_methods_budget(args),
+                data_root=args.data_root,
+                extra=args.set,
+            )
+            rows.append(BenchRow(dataset, m, run_dir, cmd))
     if not rows:
         raise ConfigError(f"no method supports the datasets {args.datasets}")
     return rows
+
+
+def run_command(
+    method: str,
+    preset: str,
+    dataset: str,
+    run_dir: Path,
+    *,
+    seed: int | None = None,
+    budget: float | None = None,
+    data_root: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``selfcaps run`` command line of one bench or claims run.
+
+    Args:
+        method: Method name.
+        preset: Preset name.
+        dataset: Dataset name.
+        run_dir: The run's ``--out``.
+        seed: ``--seed`` (None: the preset's).
+        budget: ``--max-time`` in minutes (None: the preset's epoch or step budget).
+        data_root: ``--data-root`` (None: the default).
+        extra: Further arguments (flags or ``key=value``), last.
+    """
+    cmd = ["selfcaps", "run", method, "--preset", preset, "--data", dataset]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if budget is not None:
+        cmd += ["--max-time", f"{budget:g}"]
+    cmd += ["--out", str(run_dir), "--no-progress"]
+    if data_root:
+        cmd += ["--data-root", data_root]
+    return cmd + list(extra)
 
 
 def _methods_budget(args: argparse.Namespace) -> float:
@@ -386,7 +416,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``selfcaps bench``: the methods suite, the claims suite, or both."""
     from selfcaps.cli import claims as claims_suite
 
-    args.budget_given = args.budget is not None
     run_methods, run_claims = args.suite in ("methods", "all"), args.suite in ("claims", "all")
     rows = plan(args)
     plans = claims_suite.plan_claims(args) if run_claims else []
@@ -403,8 +432,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         claims_suite.collect_claims(plans)
         budget = (
             f"{args.budget:g} training minutes per run"
-            if args.budget_given
-            else ("the presets' epoch and step budgets")
+            if args.budget is not None
+            else "the presets' epoch and step budgets"
         )
         section = claims_suite.render_claims(plans, args.out, args.seeds, budget)
         for p in plans:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfcaps.cli.bench import BenchRow, environment, execute, png_figure_html
+from selfcaps.cli.bench import BenchRow, environment, execute, png_figure_html, run_command
 from selfcaps.cli.config import ConfigError, default_preset
 from selfcaps.eval.paired import NOT_RESOLVED, PairedResult, overall_verdict, paired_comparison
 from selfcaps.methods import get_method, list_methods
@@ -66,7 +66,7 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
 
     Args:
         args: Parsed ``selfcaps bench`` arguments (``methods``, ``seeds``, ``out``,
-            ``data_root``, ``paper``, ``budget_given``/``budget``, ``set``).
+            ``data_root``, ``paper``, ``budget`` (None: the presets' budgets), ``set``).
 
     Returns:
         One :class:`ClaimResult` per method that has a claim, runs planned, none executed.
@@ -91,13 +91,16 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
             rows = []
             for seed in range(args.seeds):
                 run_dir = args.out / "claims" / m / _arm_dir(arm) / f"seed{seed}"
-                cmd = ["selfcaps", "run", m, "--preset", preset, "--data", dataset]
-                cmd += ["--seed", str(seed), "--out", str(run_dir), "--no-progress"]
-                if args.budget_given:
-                    cmd += ["--max-time", f"{args.budget:g}"]
-                if args.data_root:
-                    cmd += ["--data-root", args.data_root]
-                cmd += [*shared, *arm.args, *args.set]
+                cmd = run_command(
+                    m,
+                    preset,
+                    dataset,
+                    run_dir,
+                    seed=seed,
+                    budget=args.budget,
+                    data_root=args.data_root,
+                    extra=[*shared, *arm.args, *args.set],
+                )
                 rows.append(BenchRow(dataset, m, run_dir, cmd))
             runs[arm.args] = rows
         plans.append(ClaimResult(m, claim, dataset, runs))
