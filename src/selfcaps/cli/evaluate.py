@@ -68,24 +68,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg_path = args.run_dir / "config.yaml"
     if not cfg_path.is_file():  # checked before torch is imported
         raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
+    wants_labels = args.label_fraction is not None or args.labels_per_class is not None
+    if wants_labels and args.protocol == "knn":
+        raise ConfigError(
+            "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
+            "protocols, not knn"
+        )
     from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
+    from selfcaps.eval.labels import label_suffix
 
-    labels = None
-    if args.label_fraction is not None or args.labels_per_class is not None:
-        labels = LabelSubset(args.label_fraction, args.labels_per_class, args.label_seed)
-        try:
-            labels.suffix  # noqa: B018  (validates the request before any work)
+    if wants_labels:
+        try:  # the request is checked before the run is loaded
+            label_suffix(args.label_fraction, args.labels_per_class)
         except ValueError as err:
             raise ConfigError(str(err)) from err
-        if args.protocol == "knn":
-            raise ConfigError(
-                "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
-                "protocols, not knn"
-            )
     method, dm = load_run(args)
     kind = feature_kind(method, args.feature)
-    if labels is not None and labels.seed is None:  # default: the run's seed
-        labels = LabelSubset(labels.fraction, labels.per_class, int(method.cfg.seed))
+    labels = None
+    if wants_labels:  # default seed: the run's
+        seed = int(method.cfg.seed) if args.label_seed is None else args.label_seed
+        labels = LabelSubset(args.label_fraction, args.labels_per_class, seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
     metrics = run_protocol(method, dm, args.protocol, kind, labels, own_classifier=own)
     path = args.run_dir / "metrics.json"

@@ -53,7 +53,7 @@ class LabelSubset:
 
     fraction: float | None = None
     per_class: int | None = None
-    seed: int | None = None
+    seed: int = 0
 
     @property
     def suffix(self) -> str:
@@ -66,7 +66,7 @@ class LabelSubset:
             dataset_targets(train),
             fraction=self.fraction,
             per_class=self.per_class,
-            seed=int(self.seed or 0),
+            seed=self.seed,
         ).tolist()
 
 
