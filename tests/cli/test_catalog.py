@@ -3,10 +3,10 @@
 import selfcaps
 from selfcaps.cli import catalog
 from selfcaps.cli.listing import format_listing
+from selfcaps.config_checks.sparsecaps import VARIANTS
 from selfcaps.data import list_datasets
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.flags import METHOD_FLAGS
-from selfcaps.models.sparsecaps import VARIANTS
 
 
 def test_dataset_and_model_names_match_the_registries():

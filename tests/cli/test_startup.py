@@ -30,6 +30,11 @@ COMMANDS = [
     ["run", "coca", "no.such.key=1"],  # unknown key
     ["run", "coca", "--variant", "dense"],  # another method's flag
     ["run", "sparsecaps", "--variant", "desne"],  # a bad choice of its own flag
+    ["run", "mcae", "model.mask_ratio=1.5"],  # bad values of each method's own keys
+    ["run", "mcae", "eval.label_fraction=2"],
+    ["run", "sparsecaps", "model.support=x"],
+    ["run", "encapnet", "loss.iters=0"],
+    ["run", "poe", "cd.decoder_rule=x"],
     ["eval", "no_such_run"],  # not a run directory
     ["profile", "coca", "--preset", "fast"],
 ]

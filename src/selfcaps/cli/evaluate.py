@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from selfcaps.cli.config import ConfigError, default_preset, load_config, parse_overrides
+from selfcaps.config_checks.labels import check_label_request
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.atomic import atomic_write_json
 
@@ -74,14 +75,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
             "protocols, not knn"
         )
-    from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
-    from selfcaps.eval.labels import label_suffix
-
     if wants_labels:
-        try:  # the request is checked before the run is loaded
-            label_suffix(args.label_fraction, args.labels_per_class)
+        try:  # the request is checked before torch is imported and the run is loaded
+            check_label_request(args.label_fraction, args.labels_per_class)
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
+
     method, dm = load_run(args)
     kind = feature_kind(method, args.feature)
     labels = None

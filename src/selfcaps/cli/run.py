@@ -36,6 +36,7 @@ from selfcaps.cli.config import (
 from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.cli.validate import validate_config
+from selfcaps.config_checks import check_method_config
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
 
@@ -236,6 +237,10 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
             f"{out} already holds a run; use --resume to continue it or another --out"
         )
     can_create(out)
+    try:
+        check_method_config(name, cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     get_method(name).validate_config(cfg)  # imports the method (torch, Lightning)
     return cfg, out, None, source
 

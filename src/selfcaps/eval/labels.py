@@ -33,39 +33,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
+from selfcaps.config_checks.labels import check_label_request, label_suffix
 from selfcaps.data.splits import splitmix64
 
 __all__ = ["dataset_targets", "label_suffix", "labelled_subset", "stratified_label_indices"]
 
 _SALT = 0x1ABE11ED
-
-
-def _check_spec(fraction: float | None, per_class: int | None) -> None:
-    if (fraction is None) == (per_class is None):
-        raise ValueError(
-            "give exactly one of fraction (--label-fraction) and labels per class "
-            f"(--labels-per-class), got fraction={fraction}, per_class={per_class}"
-        )
-    if fraction is not None and not 0.0 < fraction <= 1.0:
-        raise ValueError(f"label fraction must be in (0, 1], got {fraction}")
-    if per_class is not None and per_class < 1:
-        raise ValueError(f"labels per class must be >= 1, got {per_class}")
-
-
-def label_suffix(fraction: float | None = None, per_class: int | None = None) -> str:
-    """The metrics-key suffix naming a labelled subset: ``_lf10`` (10%), ``_lpc25`` (25 a class).
-
-    Fractions are written in percent, a decimal point as ``p`` (``0.005`` -> ``_lf0p5``).
-
-    Examples:
-        >>> label_suffix(0.1), label_suffix(0.01), label_suffix(0.005), label_suffix(per_class=25)
-        ('_lf10', '_lf1', '_lf0p5', '_lpc25')
-    """
-    _check_spec(fraction, per_class)
-    if per_class is not None:
-        return f"_lpc{per_class}"
-    assert fraction is not None
-    return "_lf" + f"{round(100 * fraction, 6):g}".replace(".", "p")
 
 
 def _quotas(counts: np.ndarray, fraction: float | None, per_class: int | None) -> np.ndarray:
@@ -116,7 +89,7 @@ def stratified_label_indices(
         >>> len(idx), torch.bincount(y[idx]).tolist()
         (4, [2, 2])
     """
-    _check_spec(fraction, per_class)
+    check_label_request(fraction, per_class)
     y = np.asarray(torch.as_tensor(targets).cpu(), dtype=np.int64)
     if y.ndim != 1 or y.size == 0:
         raise ValueError(f"targets must be a non-empty 1-D array, got shape {tuple(y.shape)}")

@@ -42,11 +42,12 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
 from selfcaps.caps import caps_length
+from selfcaps.config_checks.encapnet import OTHER_NETWORKS
+from selfcaps.config_checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
 from selfcaps.methods.base import CapsuleMethod
@@ -54,19 +55,6 @@ from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod", "gradient_probe"]
-
-#: Networks other than EncapNet that this method can train, and the ``model`` keys they take
-#: (besides ``in_chans``, ``num_classes``, ``input_size``).
-_OTHER_NETWORKS: dict[str, tuple[str, ...]] = {
-    "encapnet18_resnet": ("num_caps", "dims", "strides"),
-    "table1_cnn": (),
-    "table1_capnet_dynamic": (),
-    "table1_capnet_em": (),
-    "table1_capnet_em_procedure1": (),
-    "table1_encapnet_master": ("num_caps", "coefficients"),
-    "table1_encapnet_master_aide": ("num_caps", "coefficients"),
-}
-_ENCAPNETS = ("encapnet", "encapnet18")
 
 
 def gradient_probe(first: Tensor, second: Tensor, params: list[Tensor]) -> dict[str, float]:
@@ -167,8 +155,8 @@ class EncapNetMethod(CapsuleMethod):
         """Model name and kwargs, with the data's channels, classes and image size."""
         cfg = super().model_config()
         name, kwargs = cfg["model"], cfg["model_kwargs"]
-        if name in _OTHER_NETWORKS:
-            kwargs = {k: kwargs[k] for k in _OTHER_NETWORKS[name]}
+        if name in OTHER_NETWORKS:
+            kwargs = {k: kwargs[k] for k in OTHER_NETWORKS[name]}
         kwargs["in_chans"] = self.info.channels
         kwargs["num_classes"] = self.info.num_classes
         kwargs["input_size"] = self.input_size
@@ -352,38 +340,5 @@ class EncapNetMethod(CapsuleMethod):
     # ------------------------------------------------------------ configuration
     @classmethod
     def validate_config(cls, cfg: Any) -> None:
-        """Check EncapNet's keys; the message names the key."""
-        m, c = cfg.model, cfg.loss
-        names = (*_ENCAPNETS, *_OTHER_NETWORKS)
-        if m.name not in names:
-            raise ValueError(f"model.name: expected one of {', '.join(names)}, got {m.name!r}")
-        if c.ot and m.name not in _ENCAPNETS:
-            raise ValueError(f"loss.ot: the feedback units need an EncapNet, not {m.name!r}")
-        checks = [
-            ("loss.ot_weight", lambda v: v >= 0, "a weight >= 0"),
-            ("loss.epsilon", lambda v: v > 0, "epsilon > 0"),
-            ("loss.iters", lambda v: v >= 1, "iterations >= 1"),
-            ("loss.probe_every", lambda v: v >= 0, "steps >= 0 (0 = off)"),
-            ("loss.divergence", lambda v: v in ("sinkhorn", "kl"), "sinkhorn or kl"),
-            ("loss.cost", lambda v: v in ("cosine", "sqeuclidean", "euclidean"), "a ground cost"),
-            ("loss.objective", lambda v: v in ("transport", "entropic"), "transport or entropic"),
-            ("augment.recipe", lambda v: v in ("standard", "reference"), "standard or reference"),
-        ]
-        for key, ok, expected in checks:
-            value = OmegaConf.select(cfg, key)
-            if not ok(value):
-                raise ValueError(f"{key}: expected {expected}, got {value!r}")
-        if c.ot:
-            cls._check_units(cfg)
-
-    @staticmethod
-    def _check_units(cfg: Any) -> None:
-        n_modules, n_taps = len(cfg.model.dims), 2 + int(cfg.model.num_type2)
-        for unit in cfg.loss.units:
-            ok = len(unit) == 3 and 1 <= unit[0] <= n_modules
-            ok = ok and all(-n_taps <= t < n_taps for t in unit[1:])
-            if not ok:
-                raise ValueError(
-                    f"loss.units: {list(unit)} is not [module 1..{n_modules}, lower tap, "
-                    f"higher tap] with taps in -{n_taps}..{n_taps - 1}"
-                )
+        """Check EncapNet's keys; the message names the key (:mod:`selfcaps.config_checks`)."""
+        check_encapnet_config(cfg)

@@ -53,9 +53,11 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 from torchvision.transforms import v2
 
+from selfcaps.config_checks.labels import label_suffix
+from selfcaps.config_checks.mcae import check as check_mcae_config
 from selfcaps.data import EvalTransform
 from selfcaps.eval import finetune
-from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
+from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
@@ -175,30 +177,9 @@ class MCAE(CapsuleMethod):
     # ------------------------------------------------------------------ configuration
     @classmethod
     def validate_config(cls, cfg: Any) -> None:
-        """Check MCAE's keys; the error names the key."""
+        """Check MCAE's keys (:mod:`selfcaps.config_checks.mcae`) and the patch size."""
+        check_mcae_config(cfg)
         m = cfg.model
-        if m.backbone not in ("convmixer", "vit"):
-            raise ValueError(f"model.backbone: expected convmixer or vit, got {m.backbone!r}")
-        if not 0.0 < float(m.mask_ratio) < 1.0:
-            raise ValueError(f"model.mask_ratio: expected a fraction in (0, 1), got {m.mask_ratio}")
-        if int(cfg.eval.finetune_epochs) < 1:
-            raise ValueError(
-                f"eval.finetune_epochs: expected >= 1 (finetuning is the evaluation), "
-                f"got {cfg.eval.finetune_epochs}"
-            )
-        fraction, per_class = cfg.eval.get("label_fraction"), cfg.eval.get("labels_per_class")
-        if fraction is not None or per_class is not None:
-            try:
-                label_suffix(
-                    None if fraction is None else float(fraction),
-                    None if per_class is None else int(per_class),
-                )
-            except ValueError as err:
-                raise ValueError(f"eval.label_fraction / eval.labels_per_class: {err}") from err
-        if cfg.optim.scheduler not in ("none", "cosine"):
-            raise ValueError(
-                f"optim.scheduler: MCAE supports none or cosine, got {cfg.optim.scheduler!r}"
-            )
         size = _input_size(cfg)
         if size is not None and size % int(m.patch_size):
             raise ValueError(

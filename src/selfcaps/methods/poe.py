@@ -100,6 +100,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from selfcaps.caps import squash, unsquash
+from selfcaps.config_checks.poe import check as check_poe_config
 from selfcaps.data import EvalTransform
 from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod
@@ -503,49 +504,8 @@ class PoE(CapsuleMethod):
 
     @classmethod
     def validate_config(cls, cfg: Any) -> None:
-        """Check the PoE keys; every error names its key."""
-        m, cd = cfg.model, cfg.cd
-        if m.normalize not in ("children", "parents"):
-            raise ValueError(f"model.normalize: expected children or parents, got {m.normalize!r}")
-        if m.decoder_normalize not in (None, "children", "parents"):
-            raise ValueError(
-                "model.decoder_normalize: expected null (as model.normalize), children or "
-                f"parents, got {m.decoder_normalize!r}"
-            )
-        if m.generation not in ("paper", "alone"):
-            raise ValueError(f"model.generation: expected paper or alone, got {m.generation!r}")
-        if cd.decoder_rule not in ("paper", "reconstruction"):
-            raise ValueError(
-                f"cd.decoder_rule: expected paper or reconstruction, got {cd.decoder_rule!r}"
-            )
-        if cd.decoder_target not in ("code", "transpose"):
-            raise ValueError(
-                f"cd.decoder_target: expected code or transpose, got {cd.decoder_target!r}"
-            )
-        if m.agreement not in ("cosine", "dot"):
-            raise ValueError(f"model.agreement: expected cosine or dot, got {m.agreement!r}")
-        stages = list(m.stage_epochs)
-        if len(stages) != 3 or any(int(s) < 0 for s in stages):
-            raise ValueError(f"model.stage_epochs: expected 3 epoch counts >= 0, got {stages}")
-        epochs = int(cfg.trainer.epochs)
-        if epochs and sum(stages) != epochs:
-            raise ValueError(
-                f"trainer.epochs ({epochs}) must equal the sum of model.stage_epochs {stages} "
-                f"= {sum(stages)}; set both (e.g. model.stage_epochs=[1,1,1] --epochs 3)"
-            )
-        for key in ("lr_encoder", "lr_decoder", "lr_decay"):
-            if not cd[key] > 0:
-                raise ValueError(f"cd.{key}: expected a value > 0, got {cd[key]!r}")
-        for key in ("momentum", "weight_decay", "sparsity"):
-            if not cd[key] >= 0:
-                raise ValueError(f"cd.{key}: expected a value >= 0, got {cd[key]!r}")
-        if not 0 < cd.sparsity_target < 1:
-            raise ValueError(f"cd.sparsity_target: expected 0 < p < 1, got {cd.sparsity_target!r}")
-        if cfg.eval.max_images is not None and int(cfg.eval.max_images) < 1:
-            raise ValueError(f"eval.max_images: expected null or >= 1, got {cfg.eval.max_images}")
-        for key in ("rows", "per_capsule"):
-            if not int(cfg.samples[key]) >= 1:
-                raise ValueError(f"samples.{key}: expected >= 1, got {cfg.samples[key]!r}")
+        """Check the PoE keys; every error names its key (:mod:`selfcaps.config_checks.poe`)."""
+        check_poe_config(cfg)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         """Adam for the autoencoder (stage 1); SGD with momentum and L2 for W and U."""

@@ -64,6 +64,8 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from selfcaps.caps import caps_length
+from selfcaps.config_checks.sparsecaps import FEATURE_KINDS
+from selfcaps.config_checks.sparsecaps import check as check_sparsecaps_config
 from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
 from selfcaps.data.affine import place_in_canvas
 from selfcaps.eval import svm_probe
@@ -74,7 +76,7 @@ from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
 from selfcaps.methods.figures import Figure, ImageGrid, LinePlot
 from selfcaps.models import create_model
-from selfcaps.models.sparsecaps import SUPPORTS, VARIANTS, SparseCapsNet, winner_frequency
+from selfcaps.models.sparsecaps import SparseCapsNet, winner_frequency
 
 __all__ = [
     "CanvasTransform",
@@ -85,9 +87,6 @@ __all__ = [
     "reconstruction_loss",
 ]
 
-FEATURE_KINDS = ("unmasked", "masked")
-FEATURE_CHOICES = ("output", *FEATURE_KINDS)
-AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 PROTOCOLS = ("mnist", "affnist_a", "affnist_b")
 
 
@@ -137,11 +136,6 @@ class CanvasTransform:
 def _length_accuracy(lengths: Tensor, labels: Tensor) -> float:
     """Accuracy (percent) of CapsNet's prediction, the longest digit capsule."""
     return 100.0 * float((lengths.argmax(1) == labels).float().mean())
-
-
-def _check(ok: bool, key: str, expected: str, value: Any) -> None:
-    if not ok:
-        raise ValueError(f"{key}: expected {expected}, got {value!r}")
 
 
 class SparseCaps(CapsuleMethod):
@@ -251,35 +245,8 @@ class SparseCaps(CapsuleMethod):
 
     @classmethod
     def validate_config(cls, cfg: DictConfig) -> None:
-        """Check the SparseCaps keys; errors name the key."""
-        m, e, a = cfg.model, cfg.eval, cfg.augment
-        _check(m.variant in VARIANTS, "model.variant", " | ".join(VARIANTS), m.variant)
-        _check(m.support in SUPPORTS, "model.support", " | ".join(SUPPORTS), m.support)
-        _check(m.mask_gamma > 0, "model.mask_gamma", "a steepness > 0", m.mask_gamma)
-        _check(0 <= m.mask_threshold < 1, "model.mask_threshold", "in [0, 1)", m.mask_threshold)
-        _check(0 <= m.boost_ema < 1, "model.boost_ema", "a decay in [0, 1)", m.boost_ema)
-        _check(m.boost_every >= 1, "model.boost_every", "a number of batches >= 1", m.boost_every)
-        _check(m.boost_step >= 0, "model.boost_step", "a boost step >= 0", m.boost_step)
-        _check(
-            0 <= m.boost_min_freq <= m.boost_max_freq <= 1,
-            "model.boost_min_freq/boost_max_freq",
-            "0 <= min <= max <= 1",
-            (m.boost_min_freq, m.boost_max_freq),
-        )
-        _check(e.feature in FEATURE_CHOICES, "eval.feature", " | ".join(FEATURE_CHOICES), e.feature)
-        staircase = cfg.optim.get("staircase", True)
-        _check(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
-        _check(e.affnist in AFFNIST_CHOICES, "eval.affnist", " | ".join(AFFNIST_CHOICES), e.affnist)
-        _check(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
-        _check(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
-        _check(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
-        if e.affnist != "none":
-            _check(
-                a.canvas == 40,
-                "augment.canvas",
-                "40 (affNIST's size) unless eval.affnist=none",
-                a.canvas,
-            )
+        """Check the SparseCaps keys; errors name the key (:mod:`selfcaps.config_checks`)."""
+        check_sparsecaps_config(cfg)
 
     # ----------------------------------------------------------------- training
     def _scheduler(self, opt: torch.optim.Optimizer) -> Any:

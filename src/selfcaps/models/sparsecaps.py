@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfcaps.caps import DenseCaps, PrimaryCaps2d, caps_length
+from selfcaps.config_checks.sparsecaps import SUPPORTS, VARIANTS
 from selfcaps.models._registry import register_model
 
 __all__ = [
@@ -65,8 +66,6 @@ __all__ = [
 
 Variant = Literal["sparse", "dense", "supervised"]
 Support = Literal["paper", "chunk"]
-VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
-SUPPORTS: tuple[str, ...] = ("paper", "chunk")
 
 
 def routing_support(coupling: Tensor, num_types: int, mode: Support = "paper") -> Tensor:

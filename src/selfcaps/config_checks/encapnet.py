@@ -1,0 +1,67 @@
+"""Checks of the EncapNet method's keys, and the networks it can train."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from selfcaps.config_checks._expect import expect
+
+__all__ = ["ENCAPNETS", "OTHER_NETWORKS", "check"]
+
+#: EncapNets: the networks the feedback units (``loss.ot``) can be attached to.
+ENCAPNETS = ("encapnet", "encapnet18")
+#: Networks other than EncapNet that this method can train, and the ``model`` keys they take
+#: (besides ``in_chans``, ``num_classes``, ``input_size``).
+OTHER_NETWORKS: dict[str, tuple[str, ...]] = {
+    "encapnet18_resnet": ("num_caps", "dims", "strides"),
+    "table1_cnn": (),
+    "table1_capnet_dynamic": (),
+    "table1_capnet_em": (),
+    "table1_capnet_em_procedure1": (),
+    "table1_encapnet_master": ("num_caps", "coefficients"),
+    "table1_encapnet_master_aide": ("num_caps", "coefficients"),
+}
+
+_CHECKS = [
+    ("loss.ot_weight", lambda v: v >= 0, "a weight >= 0"),
+    ("loss.epsilon", lambda v: v > 0, "epsilon > 0"),
+    ("loss.iters", lambda v: v >= 1, "iterations >= 1"),
+    ("loss.probe_every", lambda v: v >= 0, "steps >= 0 (0 = off)"),
+    ("loss.divergence", lambda v: v in ("sinkhorn", "kl"), "sinkhorn or kl"),
+    ("loss.cost", lambda v: v in ("cosine", "sqeuclidean", "euclidean"), "a ground cost"),
+    ("loss.objective", lambda v: v in ("transport", "entropic"), "transport or entropic"),
+    ("augment.recipe", lambda v: v in ("standard", "reference"), "standard or reference"),
+]
+
+
+def check(cfg: Any) -> None:
+    """Check EncapNet's keys; the message names the key.
+
+    Raises:
+        ValueError: The first bad key, its value and what is expected.
+    """
+    m, c = cfg.model, cfg.loss
+    names = (*ENCAPNETS, *OTHER_NETWORKS)
+    expect(m.name in names, "model.name", f"one of {', '.join(names)}", m.name)
+    if c.ot and m.name not in ENCAPNETS:
+        raise ValueError(f"loss.ot: the feedback units need an EncapNet, not {m.name!r}")
+    for key, ok, expected in _CHECKS:
+        value = OmegaConf.select(cfg, key)
+        expect(ok(value), key, expected, value)
+    if c.ot:
+        _check_units(cfg)
+
+
+def _check_units(cfg: Any) -> None:
+    """Each ``loss.units`` entry is ``[module, lower tap, higher tap]`` within the network."""
+    n_modules, n_taps = len(cfg.model.dims), 2 + int(cfg.model.num_type2)
+    for unit in cfg.loss.units:
+        ok = len(unit) == 3 and 1 <= unit[0] <= n_modules
+        ok = ok and all(-n_taps <= t < n_taps for t in unit[1:])
+        if not ok:
+            raise ValueError(
+                f"loss.units: {list(unit)} is not [module 1..{n_modules}, lower tap, "
+                f"higher tap] with taps in -{n_taps}..{n_taps - 1}"
+            )

@@ -1,0 +1,56 @@
+"""Checks of the SparseCaps keys, and the option names they accept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selfcaps.config_checks._expect import expect
+
+__all__ = ["AFFNIST_CHOICES", "FEATURE_CHOICES", "FEATURE_KINDS", "SUPPORTS", "VARIANTS", "check"]
+
+#: ``model.variant``: the paper's network, without the mask, or trained with labels.
+VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
+#: ``model.support``: how a capsule's support is computed (see ``models/sparsecaps.py``).
+SUPPORTS: tuple[str, ...] = ("paper", "chunk")
+#: The latent-capsule features the evaluation extracts.
+FEATURE_KINDS = ("unmasked", "masked")
+#: ``eval.feature``: what the headline metrics use (``output``: v', the paper's).
+FEATURE_CHOICES = ("output", *FEATURE_KINDS)
+#: ``eval.affnist``: which affNIST the transfer protocols use.
+AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
+
+
+def _one_of(key: str, choices: tuple[str, ...], value: Any) -> None:
+    expect(value in choices, key, " | ".join(choices), value)
+
+
+def check(cfg: Any) -> None:
+    """Check the SparseCaps keys; errors name the key.
+
+    Raises:
+        ValueError: The first bad key, its value and what is expected.
+    """
+    m, e, a = cfg.model, cfg.eval, cfg.augment
+    _one_of("model.variant", VARIANTS, m.variant)
+    _one_of("model.support", SUPPORTS, m.support)
+    expect(m.mask_gamma > 0, "model.mask_gamma", "a steepness > 0", m.mask_gamma)
+    expect(0 <= m.mask_threshold < 1, "model.mask_threshold", "in [0, 1)", m.mask_threshold)
+    expect(0 <= m.boost_ema < 1, "model.boost_ema", "a decay in [0, 1)", m.boost_ema)
+    expect(m.boost_every >= 1, "model.boost_every", "a number of batches >= 1", m.boost_every)
+    expect(m.boost_step >= 0, "model.boost_step", "a boost step >= 0", m.boost_step)
+    expect(
+        0 <= m.boost_min_freq <= m.boost_max_freq <= 1,
+        "model.boost_min_freq/boost_max_freq",
+        "0 <= min <= max <= 1",
+        (m.boost_min_freq, m.boost_max_freq),
+    )
+    _one_of("eval.feature", FEATURE_CHOICES, e.feature)
+    staircase = cfg.optim.get("staircase", True)
+    expect(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
+    _one_of("eval.affnist", AFFNIST_CHOICES, e.affnist)
+    expect(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
+    expect(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
+    expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
+    if e.affnist != "none":
+        expected = "40 (affNIST's size) unless eval.affnist=none"
+        expect(a.canvas == 40, "augment.canvas", expected, a.canvas)
