@@ -47,7 +47,7 @@ def test_a_bad_value_is_refused_naming_its_key(method, key, value):
 def test_poe_epochs_must_equal_its_stages():
     cfg = load_config("poe", "quick")
     cfg.trainer.epochs = sum(cfg.model.stage_epochs) + 1
-    with pytest.raises(ValueError, match="model.stage_epochs"):
+    with pytest.raises(ValueError, match=r"model\.stage_epochs"):
         check_method_config("poe", cfg)
 
 

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
@@ -139,6 +140,12 @@ def test_eval_label_subsets_for_mcae_own_finetuning_and_a_linear_probe(tmp_path,
     assert m["labelled_images_lf50"] == 32 and "linear_top1_capsule_lf50" in m  # 50% of 64
     before = json.loads((run_dir / "metrics.json").read_text())
     assert m["finetune_top1"] == before["finetune_top1"]  # the full-label result is kept
+    seed = int(yaml.safe_load((out / "config.yaml").read_text())["seed"])
+    other = ["--protocol", "linear", "--label-fraction", "0.5", "--label-seed", str(seed + 7)]
+    assert main(["eval", str(out), *other]) == 0
+    m2 = json.loads((out / "metrics.json").read_text())
+    assert m2["linear_top1_capsule_lf50"] == m["linear_top1_capsule_lf50"]  # another subset
+    assert f"linear_top1_capsule_lf50_ls{seed + 7}" in m2  # ... is kept under its own key
     with pytest.raises(SystemExit):
         main(["eval", str(out), "--label-fraction", "0.1", "--labels-per-class", "2"])
 

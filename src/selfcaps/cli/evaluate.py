@@ -9,7 +9,9 @@ Label efficiency (every method): ``--label-fraction F`` or ``--labels-per-class 
 trains the ``linear``, ``svm`` or ``finetune`` protocol on a stratified labelled
 subset of the training split, fixed by ``--label-seed`` (default: the run's seed;
 :mod:`selfcaps.eval.labels`); validation and test stay whole. The keys then end in
-the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels.
+the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels, and
+``..._lf10_ls1`` for a subset drawn with ``--label-seed 1`` in a run of another seed
+(several subsets of one run keep every result).
 A method that finetunes its own classifier (MCAE's class capsules) does so for
 ``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
@@ -86,8 +88,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     kind = feature_kind(method, args.feature)
     labels = None
     if wants_labels:  # default seed: the run's
-        seed = int(method.cfg.seed) if args.label_seed is None else args.label_seed
-        labels = LabelSubset(args.label_fraction, args.labels_per_class, seed)
+        run_seed = int(method.cfg.seed)
+        seed = run_seed if args.label_seed is None else args.label_seed
+        labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
     metrics = run_protocol(method, dm, args.protocol, kind, labels, own_classifier=own)
     path = args.run_dir / "metrics.json"

@@ -49,16 +49,22 @@ def feature_kind(method: CapsuleMethod, requested: str | None) -> str:
 
 @dataclass(frozen=True)
 class LabelSubset:
-    """A label-efficiency request: ``fraction`` or ``per_class`` labelled images, ``seed``."""
+    """A label-efficiency request: ``fraction`` or ``per_class`` labelled images, ``seed``.
+
+    ``seed_in_name``: the subset was drawn with another seed than the run's, and the keys
+    say so (``_lf10_ls1``), so that evaluating several subsets of one run keeps every result.
+    """
 
     fraction: float | None = None
     per_class: int | None = None
     seed: int = 0
+    seed_in_name: bool = False
 
     @property
     def suffix(self) -> str:
-        """Metrics-key suffix, e.g. ``_lf10`` (raises ``ValueError`` for a bad request)."""
-        return label_suffix(self.fraction, self.per_class)
+        """Metrics-key suffix, e.g. ``_lf10`` or ``_lf10_ls1`` (``ValueError``: a bad request)."""
+        name = label_suffix(self.fraction, self.per_class)
+        return f"{name}_ls{self.seed}" if self.seed_in_name else name
 
     def indices(self, train: Any) -> list[int]:
         """Indices of the labelled images in the raw training split ``train``."""
