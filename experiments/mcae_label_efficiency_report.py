@@ -1,0 +1,64 @@
+"""Table of ``experiments/mcae_label_efficiency.sh``: pretrained vs scratch on the same labels.
+
+    python experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction 0.1]
+
+Prints one row per seed (the labelled subset), the mean +- standard deviation of each arm, the
+paired difference with its 95% interval and the verdict (``selfcaps.eval.paired``), and the
+minutes each run took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from selfcaps.config_checks.labels import label_suffix
+from selfcaps.eval.paired import paired_comparison
+
+
+def _load(path: Path) -> dict:
+    return json.loads((path / "metrics.json").read_text())
+
+
+def main() -> None:
+    """Print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--fraction", type=float, default=0.1)
+    args = p.parse_args()
+    sfx = label_suffix(args.fraction)
+    (pre_dir,) = sorted(args.out.glob("pretrained_s*"))
+    pre = _load(pre_dir)
+    pre_seed = int(pre_dir.name.rsplit("_s", 1)[1])
+    rows = []
+    for scratch_dir in sorted(args.out.glob("scratch_s*")):
+        seed = int(scratch_dir.name.rsplit("_s", 1)[1])
+        key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}")
+        if key not in pre:
+            continue
+        scratch = _load(scratch_dir)
+        rows.append((seed, float(pre[key]), float(scratch[f"finetune_top1{sfx}"]), scratch))
+    minutes = pre.get("train_time_s", float("nan")) / 60
+    print(
+        f"pretraining: {pre_dir.name}, {pre['pretrain_epochs']} epochs, "
+        f"val MSE {pre['pretrain_val_mse']:.4f}, {minutes:.1f} min of pretraining"
+    )
+    print(f"\n| seed (subset) | pretrained {sfx[1:]} | scratch {sfx[1:]} | difference |")
+    print("|---|---|---|---|")
+    for seed, a, b, _ in rows:
+        print(f"| {seed} | {a:.2f} | {b:.2f} | {a - b:+.2f} |")
+    if len(rows) >= 2:
+        r = paired_comparison([a for _, a, _, _ in rows], [b for _, _, b, _ in rows])
+        print(
+            f"| mean +- std | {r.treatment_mean:.2f} +- {r.treatment_std:.2f} | "
+            f"{r.control_mean:.2f} +- {r.control_std:.2f} | {r.diff_mean:+.2f} "
+            f"[{r.diff_low:+.2f}, {r.diff_high:+.2f}] |"
+        )
+        print(f"\nverdict: {r.verdict} (95% paired interval over {r.n} seeds)")
+    minutes = [s.get(f"finetune_time_s{sfx}", float("nan")) / 60 for *_, s in rows]
+    print("scratch finetuning minutes: " + ", ".join(f"{m:.1f}" for m in minutes))
+
+
+if __name__ == "__main__":
+    main()
