@@ -74,6 +74,15 @@ def test_eval_command_adds_protocol_metrics(run_dir):
     assert "knn_top1_backbone" in m  # earlier metrics are kept
 
 
+def test_eval_knn_with_the_whole_training_split_as_bank(run_dir):
+    before = json.loads((run_dir / "metrics.json").read_text())
+    assert main(["eval", str(run_dir), "--protocol", "knn", "--bank", "train_full"]) == 0
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 <= m["knn_top1_backbone_train_full"] <= 100.0
+    assert m["knn_top1_backbone"] == before["knn_top1_backbone"]  # the train-bank result stays
+    assert main(["eval", str(run_dir), "--protocol", "linear", "--bank", "train_full"]) == 2
+
+
 def test_resume_reproduces_uninterrupted_run(tmp_path, run_dir):
     out = tmp_path / "resumed"
     assert main(["run", "coca", "--out", str(out), "--epochs", "1", *TINY]) == 0

@@ -39,6 +39,14 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feature", help="feature kind (default: the method's monitor feature)")
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--data-root", help="dataset root (default: the run's)")
+    p.add_argument(
+        "--bank",
+        default="train",
+        choices=["train", "train_full"],
+        help="knn: the bank of labelled images; train (default): the training split, the carved "
+        "validation images left out; train_full: the whole official training split (keys end "
+        "in _train_full)",
+    )
     labels = p.add_mutually_exclusive_group()
     labels.add_argument(
         "--label-fraction",
@@ -72,6 +80,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not cfg_path.is_file():  # checked before torch is imported
         raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
+    if args.bank != "train" and args.protocol != "knn":
+        raise ConfigError(f"--bank applies to the knn protocol, not {args.protocol}")
     if wants_labels and args.protocol == "knn":
         raise ConfigError(
             "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
@@ -92,7 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed = run_seed if args.label_seed is None else args.label_seed
         labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
-    metrics = run_protocol(method, dm, args.protocol, kind, labels, own_classifier=own)
+    metrics = run_protocol(method, dm, args.protocol, kind, labels, own, bank=args.bank)
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(metrics)

@@ -107,6 +107,7 @@ def run_protocol(
     kind: str,
     labels: LabelSubset | None = None,
     own_classifier: bool = False,
+    bank: str = "train",
 ) -> dict[str, float | int | str]:
     """One evaluation protocol on a trained method; flat metrics with protocol-prefixed keys.
 
@@ -119,6 +120,9 @@ def run_protocol(
             then end in ``labels.suffix``.
         own_classifier: ``finetune`` the method's own classifier (``finetune_classifier``,
             MCAE) instead of the feature with a linear head.
+        bank: ``knn``: the split of labelled images the test images vote with, ``train`` or
+            ``train_full`` (the official training split with the validation images; keys
+            then end in ``_train_full``).
     """
     e, nc = method.cfg.eval, method.info.num_classes
     sfx = labels.suffix if labels is not None else ""
@@ -128,7 +132,8 @@ def run_protocol(
                 "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
                 "protocols, not knn"
             )
-        return knn_metrics(method, dm, method.features, [kind], nc)
+        res = knn_metrics(method, dm, method.features, [kind], nc, bank_split=bank)
+        return res if bank == "train" else {f"{k}_{bank}": v for k, v in res.items()}
     if protocol in ("linear", "svm"):
         f = _probe_features(method, dm, kind, labels)
         (tr, ytr), (va, yva), (te, yte) = f["train"], f["val"], f["test"]
