@@ -36,6 +36,7 @@ from selfcaps.cli.config import (
 from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.cli.validate import validate_config
+from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
 
@@ -198,8 +199,8 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     """Resolve the configuration, run directory, checkpoint to resume from and data-root source.
 
     Everything that can be checked without torch (method, preset, keys, values of the
-    shared keys, dataset name, output location) is checked first, in well under a second;
-    then the method's own checks import it. Nothing is written.
+    shared keys, dataset name and files, output location) is checked first, in well under
+    a second; then the method's own checks import it. Nothing is written.
     """
     name = args.method
     if name not in list_methods():
@@ -219,12 +220,15 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         for key in ("max_time", "epochs", "max_steps"):
             if getattr(args, key) is not None:
                 cfg.trainer[key] = getattr(args, key)
-        return cfg, args.out, ckpt, f"{saved} (data.root)"
+        source = f"{saved} (data.root)"
+        check_files_present(str(cfg.data.name), cfg.data.root, source)
+        return cfg, args.out, ckpt, source
     preset = args.preset or default_preset(name, args.data)
     cfg = load_config(name, preset, _overrides_from_args(args, name), methods=list_methods())
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)
     check_dataset_name(str(cfg.data.name))
+    check_files_present(str(cfg.data.name), cfg.data.root, source)  # the loader's error, no torch
     out = args.out or _default_out(cfg)
     torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SELFCAPS_OUT")
     if args.out is None and torchrun:
