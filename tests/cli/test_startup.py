@@ -5,9 +5,12 @@ machine; benchmarks/cli_startup.py measures the time).
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 HEAVY = ("torch", "lightning", "torchvision", "timm", "matplotlib", "sklearn", "numpy")
@@ -71,3 +74,55 @@ def test_no_heavy_import_before_a_command_needs_it(tmp_path):
         expected = 0 if r["argv"][-1] in ("--version", "--help") or r["argv"][0] == "list" else 2
         assert r["code"] == expected, r
     assert list(tmp_path.iterdir()) == []  # no run directory was created
+
+
+def _run_dir(path: Path, data_root: Path) -> Path:
+    """A run directory holding only the config.yaml of a coca run on cifar10."""
+    path.mkdir()
+    (path / "config.yaml").write_text(
+        f"method: coca\ndata:\n  name: cifar10\n  root: {json.dumps(str(data_root))}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "resume", "eval"])
+def test_missing_data_is_reported_before_torch(command, tmp_path):
+    """`run`, `run --resume` and `eval` check the dataset's files before importing torch."""
+    empty, cwd = tmp_path / "data", tmp_path / "cwd"
+    empty.mkdir()
+    cwd.mkdir()
+    run = _run_dir(tmp_path / "run", empty)
+    argv, source = {
+        "run": (["run", "coca", "--data", "cifar10", "--data-root", str(empty)], "--data-root"),
+        "resume": (
+            ["run", "coca", "--out", str(run), "--resume"],
+            f"{run / 'config.yaml'} (data.root)",
+        ),
+        "eval": (["eval", str(run), "--data-root", str(empty)], "--data-root"),
+    }[command]
+    paths = [SRC, *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env.pop("SELFCAPS_DATA", None)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "selfcaps", *argv],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "selfcaps" in imported and not imported & set(HEAVY)
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert message[0] == (
+        f"selfcaps: error: dataset 'cifar10' not found under data root {empty} "
+        f"(root from {source})."
+    )
+    assert f"  {empty / 'cifar-10-batches-py' / 'data_batch_1'}" in message
+    assert list(cwd.iterdir()) == [] and list(empty.iterdir()) == []  # no run directory
+    assert [p.name for p in run.iterdir()] == ["config.yaml"]

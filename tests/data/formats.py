@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 from scipy.io import savemat
 
-from selfcaps.data.smallnorb import PREFIXES
+from selfcaps.data.layouts import SMALLNORB_PREFIXES as PREFIXES
 
 IDX_CODES = {
     np.dtype("uint8"): 0x08,

@@ -22,7 +22,7 @@ from selfcaps.data import (
     SmallNORB,
     decode_image_folder,
 )
-from selfcaps.data.smallnorb import PREFIXES
+from selfcaps.data.layouts import SMALLNORB_PREFIXES as PREFIXES
 from tests.data.formats import (
     norb_info,
     write_affnist,

@@ -11,7 +11,7 @@ from selfcaps.data import (
     get_dataset,
     read_norb_matrix,
 )
-from selfcaps.data.smallnorb import PREFIXES
+from selfcaps.data.layouts import SMALLNORB_PREFIXES as PREFIXES
 from tests.data.formats import norb_bytes, norb_info, write, write_smallnorb
 
 ALL_AZIMUTHS = range(0, 36, 2)

@@ -22,8 +22,18 @@ import argparse
 import json
 from pathlib import Path
 
-from selfcaps.cli.config import ConfigError, default_preset, load_config, parse_overrides
+from omegaconf import DictConfig, OmegaConf
+
+from selfcaps.cli.config import (
+    ConfigError,
+    default_preset,
+    load_config,
+    load_yaml,
+    parse_overrides,
+)
+from selfcaps.cli.run import resolve_data_root
 from selfcaps.config_checks.labels import check_label_request
+from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.atomic import atomic_write_json
 
@@ -74,11 +84,25 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="dataset whose image shape to profile (default: the preset's)")
 
 
+def run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
+    """The configuration of the run in ``args.run_dir`` (data root resolved) and the root's source.
+
+    ``--data-root`` (then ``SELFCAPS_DATA``) overrides the run's ``data.root``.
+
+    Raises:
+        ConfigError: ``args.run_dir`` holds no ``config.yaml``.
+    """
+    cfg_path = args.run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
+    cfg = OmegaConf.create(load_yaml(cfg_path))
+    cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
+    return cfg, source
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
-    cfg_path = args.run_dir / "config.yaml"
-    if not cfg_path.is_file():  # checked before torch is imported
-        raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
+    cfg, source = run_config(args)  # these checks come before torch is imported
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
     if args.bank != "train" and args.protocol != "knn":
         raise ConfigError(f"--bank applies to the knn protocol, not {args.protocol}")
@@ -92,9 +116,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_label_request(args.label_fraction, args.labels_per_class)
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    # Every protocol reads the train and test splits: missing files are reported now.
+    check_files_present(str(cfg.data.name), cfg.data.root, source)
     from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
 
-    method, dm = load_run(args)
+    method, dm = load_run(args, cfg, source)
     kind = feature_kind(method, args.feature)
     labels = None
     if wants_labels:  # default seed: the run's

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
-from selfcaps.cli.config import ConfigError, load_yaml
-from selfcaps.cli.run import resolve_data_root
+from selfcaps.cli.config import ConfigError
 from selfcaps.eval import finetune, linear_probe, svm_probe
 from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
 from selfcaps.methods import CapsuleMethod, get_method
@@ -21,16 +20,23 @@ from selfcaps.methods.io import load_checkpoint
 __all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
 
 
-def load_run(args: argparse.Namespace) -> tuple[CapsuleMethod, SelfcapsDataModule]:
-    """The method of a run directory with its checkpoint loaded, in eval mode, and its data."""
-    cfg = OmegaConf.create(load_yaml(args.run_dir / "config.yaml"))
-    cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
+def load_run(
+    args: argparse.Namespace, cfg: DictConfig, root_source: str
+) -> tuple[CapsuleMethod, SelfcapsDataModule]:
+    """The method of a run directory with its checkpoint loaded, in eval mode, and its data.
+
+    Args:
+        args: The ``eval`` arguments (``run_dir``, ``checkpoint``).
+        cfg: The run's configuration with ``data.root`` resolved
+            (:func:`~selfcaps.cli.evaluate.run_config`).
+        root_source: Where ``data.root`` came from, for error messages.
+    """
     method = get_method(cfg.method)(cfg)
     ckpt = load_checkpoint(args.run_dir / "checkpoints" / f"{args.checkpoint}.ckpt")
     method.load_state_dict(ckpt["state_dict"])
     method.eval()
     train_tf, eval_tf = method.build_transforms()
-    return method, SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=source)
+    return method, SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
 
 
 def feature_kind(method: CapsuleMethod, requested: str | None) -> str:

@@ -37,6 +37,7 @@ from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.cli.validate import validate_config
 from selfcaps.config_checks import check_method_config
+from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
 
@@ -198,9 +199,10 @@ def _default_out(cfg: DictConfig) -> Path:
 def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None, str]:
     """Resolve the configuration, run directory, checkpoint to resume from and data-root source.
 
-    Everything that can be checked without torch (method, preset, keys, values of the
-    shared keys, dataset name, output location) is checked first, in well under a second;
-    then the method's own checks import it. Nothing is written.
+    Everything that can be checked without torch (method, preset, keys, the values of the
+    shared and the method's keys, dataset name and files, output location) is checked first,
+    in well under a second; then the checks that need the network or the data registry
+    (e.g. MCAE's patch size against the images) import torch. Nothing is written.
     """
     name = args.method
     if name not in list_methods():
@@ -220,12 +222,19 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
         for key in ("max_time", "epochs", "max_steps"):
             if getattr(args, key) is not None:
                 cfg.trainer[key] = getattr(args, key)
-        return cfg, args.out, ckpt, f"{saved} (data.root)"
+        source = f"{saved} (data.root)"
+        check_files_present(str(cfg.data.name), cfg.data.root, source)
+        return cfg, args.out, ckpt, source
     preset = args.preset or default_preset(name, args.data)
     cfg = load_config(name, preset, _overrides_from_args(args, name), methods=list_methods())
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     validate_config(cfg)
+    try:
+        check_method_config(name, cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     check_dataset_name(str(cfg.data.name))
+    check_files_present(str(cfg.data.name), cfg.data.root, source)  # the loader's error, no torch
     out = args.out or _default_out(cfg)
     torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SELFCAPS_OUT")
     if args.out is None and torchrun:
@@ -237,10 +246,6 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
             f"{out} already holds a run; use --resume to continue it or another --out"
         )
     can_create(out)
-    try:
-        check_method_config(name, cfg)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
     get_method(name).validate_config(cfg)  # imports the method (torch, Lightning)
     return cfg, out, None, source
 

@@ -24,7 +24,6 @@ warning, to ``mnist5k`` (``"mnist5k-test"`` / ``"mnist5k-train_full"``).
 from __future__ import annotations
 
 import hashlib
-import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from selfcaps.data.affine import AffNISTLike, affine_digits, ink_box
 from selfcaps.data.cache import cached_arrays
 from selfcaps.data.dataset import FileDataset, ImageDataset, Transform
 from selfcaps.data.errors import CorruptDatasetError, DatasetNotFoundError
+from selfcaps.data.layouts import affnist_files, affnist_mat_files
 from selfcaps.data.mnist import MNIST, MNIST_CLASSES
 from selfcaps.data.mnist5k import MNIST5k
 from selfcaps.data.paths import resolve_root
@@ -93,25 +93,14 @@ class AffNIST(FileDataset):
 
     def wanted_files(self) -> dict[str, list[Path]]:
         """The split's single ``.mat`` file, or its folder of numbered batches."""
-        stem = "training_and_validation" if self.split == "train" else "test"
-        folder = self.root / "affNIST"
-        return {"data": [folder / f"{stem}.mat", folder / f"{stem}_batches"]}
+        return affnist_files(self.root, self.split)
 
     def read(self, files: dict[str, Path]) -> tuple[Tensor, Tensor, Sequence[str]]:
         """Read the file, or every batch in numeric order, and concatenate."""
-        path = files["data"]
-        batches = [path] if path.is_file() else _numbered_mat_files(path)
-        if not batches:
-            raise DatasetNotFoundError(self.name, [path / "1.mat"], self.root, self.root_source)
+        batches = affnist_mat_files(self.name, files["data"], self.root, self.root_source)
         parts = [read_affnist_mat(f) for f in batches]
         data = torch.from_numpy(np.concatenate([p[0] for p in parts])).unsqueeze(1)
         return data, torch.from_numpy(np.concatenate([p[1] for p in parts])), MNIST_CLASSES
-
-
-def _numbered_mat_files(folder: Path) -> list[Path]:
-    """``1.mat, 2.mat, ...`` in numeric (not lexicographic) order."""
-    numbered = [p for p in folder.glob("*.mat") if re.fullmatch(r"\d+\.mat", p.name)]
-    return sorted(numbered, key=lambda p: int(p.stem))
 
 
 class AffNISTLikeDataset(ImageDataset):

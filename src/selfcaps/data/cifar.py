@@ -27,6 +27,7 @@ from selfcaps.data._io import as_labels
 from selfcaps.data.dataset import FileDataset, Transform
 from selfcaps.data.errors import CorruptDatasetError
 from selfcaps.data.imagefolder import decode_image_folder, list_classes
+from selfcaps.data.layouts import CIFAR_LAYOUTS, cifar_files
 from selfcaps.data.safe_pickle import load_dataset_pickle
 
 __all__ = ["CIFAR10", "CIFAR10_CLASSES", "CIFAR100"]
@@ -65,13 +66,9 @@ class CIFAR10(FileDataset):
     """
 
     name = "cifar10"
-    pickle_folder = "cifar-10-batches-py"
-    train_files: tuple[str, ...] = tuple(f"data_batch_{i}" for i in range(1, 6))
-    test_files: tuple[str, ...] = ("test_batch",)
-    meta_file = "batches.meta"
+    layout = CIFAR_LAYOUTS["cifar10"]
     label_key = b"labels"
     names_key = b"label_names"
-    png_folder = "cifar10"
     num_classes = 10
 
     def __init__(
@@ -86,26 +83,20 @@ class CIFAR10(FileDataset):
         self.cache = cache
         super().__init__(root, train, transform, download, root_source)
 
-    def _pickle_names(self) -> list[str]:
-        return [*(self.train_files if self.split == "train" else self.test_files), self.meta_file]
-
     def wanted_files(self) -> dict[str, list[Path]]:
         """The pickled batches and meta file if their folder exists, else the PNG folder.
 
-        When neither layout is there, the single "layout" entry lists both, so the
-        error shows every path that would have worked.
+        When neither layout is there, the single ``"layout"`` entry lists both, so the
+        error shows every path that would have worked
+        (:func:`~selfcaps.data.layouts.cifar_files`).
         """
-        pickle_dir = self.root / self.pickle_folder
-        if pickle_dir.is_dir():
-            return {name: [pickle_dir / name] for name in self._pickle_names()}
-        png_dir = self.root / self.png_folder / self.split
-        return {"layout": [png_dir, *(pickle_dir / name for name in self._pickle_names())]}
+        return cifar_files(self.root, self.split, self.layout)
 
     def read(self, files: dict[str, Path]) -> tuple[Tensor, Tensor, Sequence[str]]:
         """Decode the pickles, or the PNG folder (with the on-disk cache)."""
         if "layout" in files:
             return self._read_pngs(files["layout"], self.cache)
-        *batches, meta = (files[name] for name in self._pickle_names())
+        *batches, meta = (files[name] for name in self.layout.pickle_names(self.split))
         return self._read_pickles(batches, meta)
 
     def _read_pickles(self, batches: list[Path], meta: Path) -> tuple[Tensor, Tensor, list[str]]:
@@ -167,11 +158,7 @@ class CIFAR100(CIFAR10):
     """
 
     name = "cifar100"
-    pickle_folder = "cifar-100-python"
-    train_files = ("train",)
-    test_files = ("test",)
-    meta_file = "meta"
+    layout = CIFAR_LAYOUTS["cifar100"]
     label_key = b"fine_labels"
     names_key = b"fine_label_names"
-    png_folder = "cifar100"
     num_classes = 100

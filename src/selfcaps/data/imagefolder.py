@@ -23,11 +23,12 @@ from torch import Tensor
 
 from selfcaps.data.cache import cached_arrays, files_fingerprint
 from selfcaps.data.dataset import ImageDataset, Transform
-from selfcaps.data.errors import (
-    CorruptDatasetError,
-    DatasetNotFoundError,
-    DownloadNotSupportedError,
-    corrupt_on_error,
+from selfcaps.data.errors import CorruptDatasetError, DownloadNotSupportedError, corrupt_on_error
+from selfcaps.data.layouts import (
+    IMAGEFOLDER_PREFIX,
+    image_folder_tried,
+    locate_image_folder,
+    split_folder,
 )
 from selfcaps.data.paths import resolve_root
 
@@ -206,45 +207,15 @@ class ImageFolderDataset(ImageDataset):
     ) -> None:
         self.root, self.root_source = resolve_root(root, root_source)
         self.split = split
-        label = f"imagefolder:{root}"
-        tried = list(dict.fromkeys([self.root / "train", *_split_candidates(self.root, split)]))
+        label = f"{IMAGEFOLDER_PREFIX}{root}"
         if download:
-            raise DownloadNotSupportedError(label, tried)
-        folder = split_folder(self.root, split)
-        if split == "val" and folder is None and (self.root / "val").is_dir():
+            raise DownloadNotSupportedError(label, image_folder_tried(self.root, split))
+        if split == "val" and (self.root / "val").is_dir() and not (self.root / "test").is_dir():
             raise ValueError(
                 f"{self.root} has no official validation split: without test/, val/ is its test "
                 "split. Carve a validation split from train/ with get_dataset(..., split='val')."
             )
-        if folder is None or not (self.root / "train").is_dir():
-            raise DatasetNotFoundError(label, tried, self.root, self.root_source)
+        folder = locate_image_folder(label, self.root, self.root_source, split)
         classes = list_classes(self.root / "train")
         data, targets, classes = decode_image_folder(folder, classes, image_size, cache)
         super().__init__(data, targets, classes, transform)
-
-
-def _split_candidates(root: Path, split: str) -> list[Path]:
-    if split == "train":
-        return [root / "train"]
-    if split == "test":
-        return [root / "test", root / "val"]
-    if split == "val":
-        return [root / "val"]
-    raise ValueError(f"split must be 'train', 'test' or 'val', got {split!r}")
-
-
-def split_folder(root: Path, split: str) -> Path | None:
-    """The folder holding ``split`` of an ImageFolder dataset, or ``None`` if there is none.
-
-    Args:
-        root: The dataset folder.
-        split: ``"train"``, ``"test"`` (``test/``, else ``val/``) or ``"val"``
-            (``val/``, only when ``test/`` exists too).
-
-    Returns:
-        The folder, or ``None``.
-    """
-    candidates = _split_candidates(root, split)
-    if split == "val" and not (root / "test").is_dir():
-        return None
-    return next((c for c in candidates if c.is_dir()), None)

@@ -20,6 +20,7 @@ from selfcaps.data._io import as_labels
 from selfcaps.data.dataset import FileDataset
 from selfcaps.data.errors import CorruptDatasetError
 from selfcaps.data.idx import read_idx
+from selfcaps.data.layouts import IDX_FOLDERS, idx_files
 
 __all__ = ["MNIST", "MNIST_CLASSES", "FashionMNIST"]
 
@@ -47,17 +48,12 @@ class MNIST(FileDataset):
     """
 
     name = "mnist"
-    folder = "MNIST"
+    folder = IDX_FOLDERS["mnist"]
     class_names = MNIST_CLASSES
 
     def wanted_files(self) -> dict[str, list[Path]]:
         """The images and labels IDX files of the split, plain or ``.gz``."""
-        raw = self.root / self.folder / "raw"
-        prefix = "train" if self.split == "train" else "t10k"
-        return {
-            kind: [raw / f"{prefix}-{kind}-idx{d}-ubyte", raw / f"{prefix}-{kind}-idx{d}-ubyte.gz"]
-            for kind, d in (("images", 3), ("labels", 1))
-        }
+        return idx_files(self.root, self.split, self.folder)
 
     def read(self, files: dict[str, Path]) -> tuple[Tensor, Tensor, Sequence[str]]:
         """Parse both IDX files and check that they agree."""
@@ -83,7 +79,7 @@ class FashionMNIST(MNIST):
     """
 
     name = "fashion_mnist"
-    folder = "FashionMNIST"
+    folder = IDX_FOLDERS["fashion_mnist"]
     class_names = (
         "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",

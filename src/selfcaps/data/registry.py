@@ -31,7 +31,13 @@ from selfcaps.data.affnist import AffNIST, AffNISTLikeDataset
 from selfcaps.data.cifar import CIFAR10, CIFAR100
 from selfcaps.data.dataset import DatasetSubset, ImageDataset, Transform
 from selfcaps.data.errors import DatasetNotFoundError
-from selfcaps.data.imagefolder import ImageFolderDataset, list_classes, split_folder
+from selfcaps.data.imagefolder import ImageFolderDataset, list_classes
+from selfcaps.data.layouts import (
+    IMAGEFOLDER_PREFIX,
+    SMALLNORB_VARIANTS,
+    imagefolder_path,
+    split_folder,
+)
 from selfcaps.data.mnist import MNIST, FashionMNIST
 from selfcaps.data.mnist5k import MNIST5k
 from selfcaps.data.paths import resolve_root
@@ -43,7 +49,6 @@ from selfcaps.models._registry import unknown_name_error
 __all__ = ["SPLITS", "DatasetInfo", "dataset_info", "get_dataset", "get_splits", "list_datasets"]
 
 SPLITS = ("train", "val", "test", "train_full")
-IMAGEFOLDER_PREFIX = "imagefolder:"
 _MEASURED = "measured by selfcaps on the official training split"
 _LITERATURE = (
     "commonly published values for the training split (not re-measured: data not available here)"
@@ -135,20 +140,19 @@ _REGISTRY: dict[str, _Entry] = {
             name, 5, 1, (48, 48), (0.5,), (0.5,), False, description,
             "placeholder (0.5, 0.5): not measured, the data is not available here; Hinton et al. "
             "2018 standardise each image instead",
-        ), {"viewpoint": viewpoint, "pool": pool})
-        for name, viewpoint, pool, description in [
-            ("smallnorb", None, "official",
-             "smallNORB toys, left view at 48x48, 24,300 train / 24,300 test"),
-            ("smallnorb_azimuth", "azimuth", "official",
+        ), dict(zip(("viewpoint", "pool"), SMALLNORB_VARIANTS[name], strict=True)))
+        for name, description in [
+            ("smallnorb", "smallNORB toys, left view at 48x48, 24,300 train / 24,300 test"),
+            ("smallnorb_azimuth",
              "smallNORB novel azimuths (Hinton et al. 2018): train 300..40 deg of the training "
              "file, test 60..280 deg of the test file"),
-            ("smallnorb_elevation", "elevation", "official",
+            ("smallnorb_elevation",
              "smallNORB novel elevations (Hinton et al. 2018): train 30..40 deg of the training "
              "file, test 45..70 deg of the test file"),
-            ("smallnorb_azimuth_union", "azimuth", "union",
+            ("smallnorb_azimuth_union",
              "smallNORB novel azimuths from the union of both files (same instances in train "
              "and test)"),
-            ("smallnorb_elevation_union", "elevation", "union",
+            ("smallnorb_elevation_union",
              "smallNORB novel elevations from the union of both files (same instances in train "
              "and test)"),
         ]
@@ -182,12 +186,6 @@ def _entry(name: str) -> _Entry:
     return _REGISTRY[name]
 
 
-def _imagefolder_path(name: str, root: Path) -> Path:
-    """``imagefolder:<path>``: absolute, or relative to the data root."""
-    path = Path(name[len(IMAGEFOLDER_PREFIX) :]).expanduser()
-    return path if path.is_absolute() else root / path
-
-
 def dataset_info(name: str, root: str | Path | None = None) -> DatasetInfo:
     """Static facts about a dataset (classes, channels, size, normalisation, splits).
 
@@ -209,7 +207,7 @@ def dataset_info(name: str, root: str | Path | None = None) -> DatasetInfo:
     if not name.startswith(IMAGEFOLDER_PREFIX):
         return _entry(name).info
     root_path, source = resolve_root(root)
-    path = _imagefolder_path(name, root_path)
+    path = imagefolder_path(name, root_path)
     if not (path / "train").is_dir():
         raise DatasetNotFoundError(name, [path / "train"], root_path, source)
     return DatasetInfo(
@@ -260,7 +258,7 @@ def get_splits(
     transforms = transforms or {}
     root_path, source = resolve_root(root, root_source)
     if name.startswith(IMAGEFOLDER_PREFIX):
-        path = _imagefolder_path(name, root_path)
+        path = imagefolder_path(name, root_path)
         official_val = split_folder(path, "val") is not None
 
         def make(part: str, t: Transform | None) -> ImageDataset:

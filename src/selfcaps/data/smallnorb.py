@@ -50,6 +50,7 @@ from torchvision.transforms.v2 import functional as TF
 from selfcaps.data._io import as_labels, expect_eof, open_binary, read_exact
 from selfcaps.data.dataset import FileDataset, Transform
 from selfcaps.data.errors import CorruptDatasetError
+from selfcaps.data.layouts import smallnorb_files, smallnorb_parts
 
 __all__ = [
     "AZIMUTH_TRAIN_DEG",
@@ -68,10 +69,6 @@ NORB_DTYPES: dict[int, str] = {
     0x1E3D4C56: "<i2",
 }
 SMALLNORB_CLASSES = ["animal", "human", "airplane", "truck", "car"]
-PREFIXES = {
-    "train": "smallnorb-5x46789x9x18x6x2x96x96-training",
-    "test": "smallnorb-5x01235x9x18x6x2x96x96-testing",
-}
 AZIMUTH_TRAIN_DEG = (300, 320, 340, 0, 20, 40)
 ELEVATION_TRAIN_DEG = (30, 35, 40)
 _RESIZE_CHUNK = 2048
@@ -188,21 +185,11 @@ class SmallNORB(FileDataset):
 
     def _parts(self) -> list[str]:
         """Which official files this split reads: its own, or both for a union pool."""
-        if self.viewpoint is not None and self.pool == "union":
-            return ["train", "test"]
-        return [self.split]
+        return smallnorb_parts(self.split, self.viewpoint, self.pool)
 
     def wanted_files(self) -> dict[str, list[Path]]:
         """``dat``, ``cat`` and ``info`` of each part, plain or ``.gz``."""
-        return {
-            f"{part}-{kind}": [
-                self.root / folder / f"{PREFIXES[part]}-{kind}.mat{gz}"
-                for folder in ("smallNORB", "smallnorb")
-                for gz in ("", ".gz")
-            ]
-            for part in self._parts()
-            for kind in ("dat", "cat", "info")
-        }
+        return smallnorb_files(self.root, self.split, self.viewpoint, self.pool)
 
     def read(self, files: dict[str, Path]) -> tuple[Tensor, Tensor, Sequence[str]]:
         """Read the parts, then keep the split's viewpoints; sets ``self.info``."""

@@ -18,6 +18,7 @@ from torch import Tensor
 from selfcaps.data._io import as_labels, as_uint8_pixels, load_mat, mat_variable
 from selfcaps.data.dataset import FileDataset
 from selfcaps.data.errors import CorruptDatasetError
+from selfcaps.data.layouts import svhn_files
 
 __all__ = ["SVHN"]
 
@@ -38,8 +39,7 @@ class SVHN(FileDataset):
 
     def wanted_files(self) -> dict[str, list[Path]]:
         """``<split>_32x32.mat`` in ``root/SVHN/`` or ``root/``."""
-        filename = f"{self.split}_32x32.mat"
-        return {"mat": [self.root / "SVHN" / filename, self.root / filename]}
+        return svhn_files(self.root, self.split)
 
     def read(self, files: dict[str, Path]) -> tuple[Tensor, Tensor, Sequence[str]]:
         """Decode ``X`` and ``y``, mapping label 10 to digit 0."""
