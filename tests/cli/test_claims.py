@@ -55,6 +55,19 @@ def test_plan_shares_runs_between_arms_with_the_same_arguments(tmp_path):
     assert "--max-time" in budgeted[0].runs[()][0].command
 
 
+def test_a_claims_own_budget_applies_unless_minutes_are_given(tmp_path):
+    claim = get_method("encapnet").claim
+    assert claim.args  # EncapNet's claim is cut to fit the suite's two hours
+    (plan,) = plan_claims(_args(tmp_path, methods=["encapnet"]))
+    n = len(claim.args)
+    for rows in plan.runs.values():
+        cmd = rows[0].command
+        assert any(tuple(cmd[i : i + n]) == claim.args for i in range(len(cmd)))
+    (timed,) = plan_claims(_args(tmp_path, methods=["encapnet"], budget=5.0))
+    for rows in timed.runs.values():
+        assert "--max-time" in rows[0].command and "--epochs" not in rows[0].command
+
+
 def _write(run_dir: Path, **metrics) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.json").write_text(json.dumps(metrics))

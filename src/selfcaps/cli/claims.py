@@ -85,7 +85,9 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
             continue
         dataset = claim.paper_dataset if args.paper else claim.dataset
         preset = "paper" if args.paper else default_preset(m, dataset)
-        shared = list(claim.paper_args if args.paper else claim.args)
+        # The claim's own budget (its args) gives way to a --budget in minutes.
+        own = claim.paper_args if args.paper else claim.args
+        shared = list(own) if args.budget is None else []
         runs: dict[tuple[str, ...], list[BenchRow]] = {}
         for arm in claim.arms():
             rows = []

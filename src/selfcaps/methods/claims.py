@@ -61,7 +61,9 @@ class Claim:
         dataset: The dataset the CPU suite tests it on (``--paper`` uses ``paper_dataset``).
         paper_dataset: The dataset of the paper's numbers.
         comparisons: The paired comparisons the claim rests on.
-        args: ``selfcaps run`` arguments shared by every run of the claim (its budget).
+        args: ``selfcaps run`` arguments shared by every run of the claim: its budget (e.g.
+            ``("--epochs", "1")``), so that the default suite fits about two hours on 2 CPU
+            cores. Dropped when ``selfcaps bench --budget MIN`` gives a budget in minutes.
         paper_args: The same for ``--paper`` (paper presets, meant for GPUs).
     """
 

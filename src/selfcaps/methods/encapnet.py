@@ -141,6 +141,7 @@ class EncapNetMethod(CapsuleMethod):
                 paper=(92.59, 90.17),
             ),
         ),
+        args=("--epochs", "1"),  # 3 arms x seeds: one epoch (351 steps) each fits the suite
     )
 
     def __init__(self, cfg: Any) -> None:
