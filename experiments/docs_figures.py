@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--runs-root", default="runs/docs_figures")
     c = sub.add_parser("collect", help="collect the figures of finished runs")
     c.add_argument("run_dirs", nargs="+", type=Path)
+    c.add_argument(
+        "--command",
+        help="the selfcaps command that made the run (one run directory), for figures.json",
+    )
     args, extra = p.parse_known_args(argv)
     if args.action == "run":
         bad = [a for a in extra if "=" not in a or a.startswith("-")]
@@ -179,8 +183,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.action == "run":
         outs = [run_and_collect(args)]
     else:
+        if args.command and len(args.run_dirs) > 1:
+            p.error("--command describes one run directory; collect the others separately")
         outs = [
-            collect(d, max_side=args.max_side, max_kb=args.max_kb, command=None)
+            collect(d, max_side=args.max_side, max_kb=args.max_kb, command=args.command)
             for d in args.run_dirs
         ]
     for out in outs:
