@@ -177,6 +177,7 @@ class SparseCaps(CapsuleMethod):
                 paper=(90.12, 60.63),
             ),
         ),
+        args=("--epochs", "5"),  # 560 steps a run (quick_mnist5k: 15): 6 runs fit the suite
     )
 
     def __init__(self, cfg: Any) -> None:
