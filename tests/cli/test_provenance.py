@@ -63,3 +63,18 @@ def test_a_dirty_checkout_says_so(tmp_path):
     assert head.startswith(git_commit(pkg)) and not git_commit(pkg).endswith("+dirty")
     (pkg / "__init__.py").write_text("x = 2\n")
     assert git_commit(pkg).endswith("+dirty")
+
+
+def test_a_run_records_the_commit_it_started_from(tmp_path, monkeypatch):
+    """A commit made while a run trains does not relabel the run's code."""
+    import json
+
+    from selfcaps.cli import main
+    from selfcaps.cli import run as run_module
+    from tests.runs import TINY
+
+    calls = iter(["started-here", "checked-out-later"])
+    monkeypatch.setattr(run_module, "git_commit", lambda: next(calls))
+    out = tmp_path / "run"
+    assert main(["run", "coca", "--out", str(out), "--epochs", "1", *TINY]) == 0
+    assert json.loads((out / "metrics.json").read_text())["git_commit"] == "started-here"

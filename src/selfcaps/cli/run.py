@@ -290,6 +290,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     it; the directories created are appended to ``made`` (for :func:`remove_if_empty`).
     """
     cfg, out, ckpt, root_source = prepare_run(args)
+    commit = git_commit()  # the code this process runs, not whatever is checked out at the end
     import lightning as L
     import torch
 
@@ -364,7 +365,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         "params": int(sum(p.numel() for p in method.network.parameters())),
         "flops_per_image": _flops_per_image(method),
         "selfcaps_version": __version__,
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "torch_version": torch.__version__,
         "device": str(method.device),
         "world_size": int(world),
