@@ -5,29 +5,39 @@
 #
 # Usage: experiments/mcae_label_efficiency.sh OUT_DIR
 # Environment: DATA_ROOT (default ./data), PRETRAIN_EPOCHS (default 20), FRACTION (default 0.1),
-#   SEEDS (default "0 1 2"), PRETRAIN_SEED (default 0).
+#   SEEDS (default "0 1 2"), PRETRAIN_SEED (default 0), FINETUNE_EPOCHS (default: the preset's 8).
 #
-# One pretraining run (seed PRETRAIN_SEED; about 65 minutes for 20 epochs on one core) finetunes
+# One pretraining run (seed PRETRAIN_SEED; about 70 minutes for 20 epochs on one core) finetunes
 # on the subset of its own seed within the run; `selfcaps eval --label-seed S` finetunes the
 # same pretrained weights on the subsets of the other seeds (keys `..._ls<S>`). Each scratch run
 # (`--pretrain-epochs 0`, seed S) finetunes on subset S. The pairs share the labelled images;
 # the pretrained arm's seeds share one pretraining, so the spread is that of finetuning and of
-# the subset, not of pretraining. Report: experiments/mcae_label_efficiency_report.py OUT_DIR
+# the subset, not of pretraining. With FINETUNE_EPOCHS=N the pretrained weights are finetuned
+# again for N epochs by `selfcaps eval --finetune-epochs N` (keys `..._ftN`) and the scratch runs
+# go to scratch_ftN_s<S>. Report: experiments/mcae_label_efficiency_report.py OUT_DIR
 set -euo pipefail
 out=$1
 epochs=${PRETRAIN_EPOCHS:-20}
 fraction=${FRACTION:-0.1}
 seeds=${SEEDS:-0 1 2}
 pre_seed=${PRETRAIN_SEED:-0}
+ft=${FINETUNE_EPOCHS:-}
 common=(--data cifar10 --data-root "${DATA_ROOT:-./data}" --threads 1 --no-progress
         data.train_subset=null "eval.label_fraction=$fraction")
 pre="$out/pretrained_s$pre_seed"
 [ -f "$pre/metrics.json" ] || python -m selfcaps run mcae --out "$pre" --seed "$pre_seed" \
   --pretrain-epochs "$epochs" "${common[@]}"
 for s in $seeds; do
-  if [ "$s" != "$pre_seed" ]; then
-    python -m selfcaps eval "$pre" --protocol finetune --label-fraction "$fraction" --label-seed "$s"
+  scratch="$out/scratch_s$s"
+  ft_args=()
+  if [ -n "$ft" ]; then
+    scratch="$out/scratch_ft${ft}_s$s"
+    ft_args=(--finetune-epochs "$ft")
   fi
-  [ -f "$out/scratch_s$s/metrics.json" ] || python -m selfcaps run mcae --out "$out/scratch_s$s" \
-    --seed "$s" --pretrain-epochs 0 "${common[@]}"
+  if [ "$s" != "$pre_seed" ] || [ -n "$ft" ]; then
+    python -m selfcaps eval "$pre" --protocol finetune --label-fraction "$fraction" \
+      --label-seed "$s" "${ft_args[@]}"
+  fi
+  [ -f "$scratch/metrics.json" ] || python -m selfcaps run mcae --out "$scratch" \
+    --seed "$s" --pretrain-epochs 0 "${ft_args[@]}" "${common[@]}"
 done

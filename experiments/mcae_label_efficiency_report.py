@@ -1,6 +1,6 @@
 """Table of ``experiments/mcae_label_efficiency.sh``: pretrained vs scratch on the same labels.
 
-    python experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction 0.1]
+    python experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction F] [--finetune-epochs N]
 
 Prints one row per seed (the labelled subset), the mean +- standard deviation of each arm, the
 paired difference with its 95% interval and the verdict (``selfcaps.eval.paired``), and the
@@ -26,15 +26,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--finetune-epochs", type=int, help="the FINETUNE_EPOCHS of the script")
     args = p.parse_args()
     sfx = label_suffix(args.fraction)
     (pre_dir,) = sorted(args.out.glob("pretrained_s*"))
     pre = _load(pre_dir)
     pre_seed = int(pre_dir.name.rsplit("_s", 1)[1])
     rows = []
-    for scratch_dir in sorted(args.out.glob("scratch_s*")):
+    ft = "" if args.finetune_epochs is None else f"_ft{args.finetune_epochs}"
+    for scratch_dir in sorted(args.out.glob(f"scratch{ft}_s*")):
         seed = int(scratch_dir.name.rsplit("_s", 1)[1])
-        key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}")
+        key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}") + ft
         if key not in pre:
             continue
         scratch = _load(scratch_dir)
@@ -57,6 +59,7 @@ def main() -> None:
         )
         print(f"\nverdict: {r.verdict} (95% paired interval over {r.n} seeds)")
     minutes = [s.get(f"finetune_time_s{sfx}", float("nan")) / 60 for *_, s in rows]
+    print(f"finetuning: {args.finetune_epochs or pre['finetune_epochs']} epochs")
     print("scratch finetuning minutes: " + ", ".join(f"{m:.1f}" for m in minutes))
 
 

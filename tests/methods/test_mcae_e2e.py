@@ -148,6 +148,14 @@ def test_eval_label_subsets_for_mcae_own_finetuning_and_a_linear_probe(tmp_path,
     assert f"linear_top1_capsule_lf50_ls{seed + 7}" in m2  # ... is kept under its own key
     with pytest.raises(SystemExit):
         main(["eval", str(out), "--label-fraction", "0.1", "--labels-per-class", "2"])
+    # another finetuning length than the run's: its own keys, the run's result kept
+    epochs = int(yaml.safe_load((out / "config.yaml").read_text())["eval"]["finetune_epochs"])
+    longer = ["--protocol", "finetune", "--labels-per-class", "2", "--finetune-epochs"]
+    assert main(["eval", str(out), *longer, str(epochs + 1)]) == 0
+    m3 = json.loads((out / "metrics.json").read_text())
+    assert m3["finetune_top1_lpc2"] == m["finetune_top1_lpc2"]
+    assert 0 <= m3[f"finetune_top1_lpc2_ft{epochs + 1}"] <= 100
+    assert main(["eval", str(out), "--protocol", "knn", "--finetune-epochs", "3"]) == 2
 
 
 @pytest.mark.slow

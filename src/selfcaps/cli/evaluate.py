@@ -11,7 +11,8 @@ subset of the training split, fixed by ``--label-seed`` (default: the run's seed
 :mod:`selfcaps.eval.labels`); validation and test stay whole. The keys then end in
 the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels, and
 ``..._lf10_ls1`` for a subset drawn with ``--label-seed 1`` in a run of another seed
-(several subsets of one run keep every result).
+(several subsets of one run keep every result). ``--finetune-epochs N`` finetunes for
+another number of epochs than the run's; the keys then end in ``_ftN``.
 A method that finetunes its own classifier (MCAE's class capsules) does so for
 ``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
@@ -56,6 +57,13 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         help="knn: the bank of labelled images; train (default): the training split, the carved "
         "validation images left out; train_full: the whole official training split (keys end "
         "in _train_full)",
+    )
+    p.add_argument(
+        "--finetune-epochs",
+        type=int,
+        metavar="N",
+        help="finetune: train N epochs instead of the run's eval.finetune_epochs (keys then end "
+        "in _ftN)",
     )
     labels = p.add_mutually_exclusive_group()
     labels.add_argument(
@@ -106,6 +114,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
     if args.bank != "train" and args.protocol != "knn":
         raise ConfigError(f"--bank applies to the knn protocol, not {args.protocol}")
+    epochs = args.finetune_epochs
+    if epochs is not None and (args.protocol != "finetune" or epochs < 1):
+        raise ConfigError(
+            f"--finetune-epochs: expected >= 1 with --protocol finetune, got {epochs} with "
+            f"--protocol {args.protocol}"
+        )
+    retrained = epochs is not None and epochs != int(cfg.eval.finetune_epochs)
+    if retrained:
+        cfg.eval.finetune_epochs = epochs
     if wants_labels and args.protocol == "knn":
         raise ConfigError(
             "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
@@ -129,6 +146,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
     metrics = run_protocol(method, dm, args.protocol, kind, labels, own, bank=args.bank)
+    if retrained:  # another finetuning length than the run's: its own keys
+        metrics = {f"{k}_ft{epochs}": v for k, v in metrics.items()}
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(metrics)
