@@ -37,8 +37,8 @@ def main() -> None:
     for scratch_dir in sorted(args.out.glob(f"scratch{ft}_s*")):
         seed = int(scratch_dir.name.rsplit("_s", 1)[1])
         key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}") + ft
-        if key not in pre:
-            continue
+        if key not in pre or not (scratch_dir / "metrics.json").is_file():
+            continue  # not finished (yet)
         scratch = _load(scratch_dir)
         rows.append((seed, float(pre[key]), float(scratch[f"finetune_top1{sfx}"]), scratch))
     minutes = pre.get("train_time_s", float("nan")) / 60
