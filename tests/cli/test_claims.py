@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from selfcaps.cli import main
-from selfcaps.cli.claims import collect_claims, plan_claims, render_claims
+from selfcaps.cli.claims import claim_figure, collect_claims, plan_claims, render_claims
 from selfcaps.methods import get_method, list_methods
 
 
@@ -106,6 +106,13 @@ def test_statistics_and_report_from_run_directories(tmp_path):
     assert "**reversed**" in md and "90.12 vs 60.63" in md and "selfcaps run sparsecaps" in md
     assert (tmp_path / "claims" / "coca.png").stat().st_size > 1000
     assert "data:image/png;base64" in html and "Claims" in html
+
+    # every claim's figure keeps its (long) title inside the figure
+    for plan in plans:
+        fig = claim_figure(plan)
+        fig.canvas.draw()
+        box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (plan.method, box, fig.bbox)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import html
 import io
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,14 @@ from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.io import atomic_write_bytes, atomic_write_text
 
-__all__ = ["ClaimResult", "collect_claims", "plan_claims", "render_claims", "run_claims"]
+__all__ = [
+    "ClaimResult",
+    "claim_figure",
+    "collect_claims",
+    "plan_claims",
+    "render_claims",
+    "run_claims",
+]
 
 CSV_COLUMNS = [
     "method", "claim", "comparison", "dataset", "metric", "seeds", "treatment_mean",
@@ -190,15 +198,20 @@ def _rows(plans: list[ClaimResult]) -> list[dict[str, Any]]:
     return out
 
 
-def _figure(plan: ClaimResult) -> bytes:
-    """Each seed of both arms as points joined by a line, per comparison; paper values dashed."""
+def claim_figure(plan: ClaimResult) -> Any:
+    """Each seed of both arms as points joined by a line, per comparison; paper values dashed.
+
+    Returns:
+        The matplotlib figure; its title is wrapped to the figure's width.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = len(plan.results)
-    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 0.6, 3.6), squeeze=False)
+    width = 3.6 * n + 0.6
+    fig, axes = plt.subplots(1, n, figsize=(width, 3.6), squeeze=False)
     for ax, (comp, r, t_vals, c_vals) in zip(axes[0], plan.results, strict=True):
         for a, b in zip(t_vals, c_vals, strict=True):
             ax.plot([0, 1], [a, b], color="0.6", lw=0.8, zorder=1)
@@ -217,8 +230,18 @@ def _figure(plan: ClaimResult) -> bytes:
         if handles:
             uniq = dict(zip(labels, handles, strict=True))
             ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="best")
-    fig.suptitle(f"{plan.method} on {plan.dataset}: {plan.claim.statement}", fontsize=10)
+    title = f"{plan.method} on {plan.dataset}: {plan.claim.statement}"
+    # about 12 characters of 10-point text per inch
+    fig.suptitle(textwrap.fill(title, width=int(12 * width)), fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def _figure(plan: ClaimResult) -> bytes:
+    """:func:`claim_figure` as PNG bytes."""
+    import matplotlib.pyplot as plt
+
+    fig = claim_figure(plan)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
