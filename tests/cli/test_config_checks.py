@@ -1,10 +1,12 @@
-"""The torch-free checks of each method's keys accept every preset and name a bad key."""
+"""Torch-free checks of the shared and the methods' keys: presets pass, a bad key is named."""
+
+import re
 
 import pytest
 from omegaconf import OmegaConf
 
 from selfcaps.cli.config import list_presets, load_config
-from selfcaps.config_checks import check_method_config
+from selfcaps.config_checks import check_config, check_method_config
 from selfcaps.config_checks._expect import expect
 
 PRESETS = [(m, p) for m, names in sorted(list_presets().items()) for p in sorted(names)]
@@ -12,7 +14,19 @@ PRESETS = [(m, p) for m, names in sorted(list_presets().items()) for p in sorted
 
 @pytest.mark.parametrize(("method", "preset"), PRESETS)
 def test_every_preset_passes(method, preset):
-    check_method_config(method, load_config(method, preset))
+    check_config(method, load_config(method, preset))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("optim.lr", 0.0), ("optim.name", "lbfgs"), ("data.val_fraction", 1.0), ("eval.knn_k", 0)],
+)
+def test_a_bad_shared_value_is_refused_for_every_method(key, value):
+    for method in sorted(list_presets()):
+        cfg = load_config(method, "quick")
+        OmegaConf.update(cfg, key, value, merge=False)
+        with pytest.raises(ValueError, match=rf"^{re.escape(key)}: expected "):
+            check_config(method, cfg)
 
 
 @pytest.mark.parametrize(

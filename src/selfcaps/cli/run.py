@@ -35,8 +35,7 @@ from selfcaps.cli.config import (
 )
 from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
-from selfcaps.cli.validate import validate_config
-from selfcaps.config_checks import check_method_config
+from selfcaps.config_checks import check_config
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
@@ -228,9 +227,8 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     preset = args.preset or default_preset(name, args.data)
     cfg = load_config(name, preset, _overrides_from_args(args, name), methods=list_methods())
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
-    validate_config(cfg)
     try:
-        check_method_config(name, cfg)
+        check_config(name, cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_dataset_name(str(cfg.data.name))

@@ -1,12 +1,13 @@
-"""Value checks of each method's configuration keys, without importing torch.
+"""Value checks of the configuration keys, without importing torch.
 
 ``selfcaps run`` checks a configuration before it creates the run directory and
 before it imports torch and Lightning (several seconds), so a bad value is
-refused at once. Each method with keys of its own has a module here whose
-``check(cfg)`` raises :class:`ValueError` naming the key, the value and what is
-expected; the method class's ``validate_config`` calls the same function. The
-option tuples these checks accept (e.g. SparseCaps' variants) are defined here
-and imported by the modules that use them, so the two cannot drift apart.
+refused at once. :mod:`.shared` checks the keys every method has; each method
+with keys of its own has a module here whose ``check(cfg)`` raises
+:class:`ValueError` naming the key, the value and what is expected, and the
+method class's ``validate_config`` calls the same function. The option tuples
+these checks accept (e.g. SparseCaps' variants) are defined here and imported by
+the modules that use them, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["check_method_config"]
+from selfcaps.config_checks import shared
+
+__all__ = ["check_config", "check_method_config"]
 
 #: Methods with keys of their own; the others have only the shared keys.
 _MODULES = ("encapnet", "mcae", "poe", "sparsecaps")
@@ -40,3 +43,13 @@ def check_method_config(method: str, cfg: Any) -> None:
     """
     if method in _MODULES:
         importlib.import_module(f"{__name__}.{method}").check(cfg)
+
+
+def check_config(method: str, cfg: Any) -> None:
+    """Check the shared keys (:mod:`.shared`), then the method's own.
+
+    Raises:
+        ValueError: The first bad key; the message names it.
+    """
+    shared.check(cfg)
+    check_method_config(method, cfg)

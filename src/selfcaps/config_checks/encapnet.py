@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from selfcaps.config_checks._expect import check as check_key
 from selfcaps.config_checks._expect import expect
 
 __all__ = ["ENCAPNETS", "OTHER_NETWORKS", "check"]
@@ -48,8 +47,7 @@ def check(cfg: Any) -> None:
     if c.ot and m.name not in ENCAPNETS:
         raise ValueError(f"loss.ot: the feedback units need an EncapNet, not {m.name!r}")
     for key, ok, expected in _CHECKS:
-        value = OmegaConf.select(cfg, key)
-        expect(ok(value), key, expected, value)
+        check_key(cfg, key, ok, expected)
     if c.ot:
         _check_units(cfg)
 

@@ -1,0 +1,57 @@
+"""Checks of the keys every method shares (``optim``, ``data``, ``trainer``, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from selfcaps.config_checks._expect import check as check_key
+
+__all__ = ["check"]
+
+
+def _positive(v: Any) -> bool:
+    return v > 0
+
+
+def _optional_positive(v: Any) -> bool:
+    return v is None or v > 0
+
+
+def check(cfg: Any) -> None:
+    """Check the keys every method shares (ranges, choices).
+
+    Raises:
+        ValueError: The first bad key, its value and what is expected.
+    """
+    check_key(cfg, "optim.lr", _positive, "a learning rate > 0")
+    check_key(cfg, "optim.weight_decay", lambda v: v >= 0, "a weight decay >= 0")
+    check_key(cfg, "optim.name", lambda v: v in ("adam", "adamw", "sgd"), "adam, adamw or sgd")
+    check_key(
+        cfg,
+        "optim.scheduler",
+        lambda v: v in ("none", "cosine", "step", "multistep"),
+        "none, cosine, step or multistep",
+    )
+    check_key(cfg, "optim.interval", lambda v: v in ("epoch", "step"), "epoch or step")
+    check_key(cfg, "data.batch_size", _positive, "a batch size >= 1")
+    check_key(cfg, "data.eval_batch_size", _positive, "a batch size >= 1")
+    check_key(cfg, "data.val_fraction", lambda v: 0 < v < 1, "a fraction in (0, 1)")
+    check_key(cfg, "data.num_workers", lambda v: v >= 0, "a number of workers >= 0")
+    check_key(cfg, "data.train_subset", _optional_positive, "null or a number of images >= 1")
+    check_key(cfg, "trainer.epochs", lambda v: v >= 0, "a number of epochs >= 0 (0: no training)")
+    check_key(cfg, "trainer.max_steps", lambda v: v == -1 or v >= 1, "-1 (no limit) or >= 1")
+    check_key(cfg, "trainer.max_time", _optional_positive, "null or minutes > 0")
+    check_key(cfg, "trainer.devices", lambda v: v == "auto" or v >= 1, "a number of devices >= 1")
+    check_key(cfg, "trainer.threads", _optional_positive, "null or a number of threads >= 1")
+    check_key(cfg, "monitor.knn_every_n_epochs", lambda v: v >= 0, "a number of epochs >= 0")
+    check_key(cfg, "monitor.bank_size", _optional_positive, "null or a number of images >= 1")
+    for section in ("monitor", "eval"):
+        check_key(cfg, f"{section}.knn_k", _positive, "a number of neighbours k >= 1")
+        check_key(cfg, f"{section}.knn_t", _positive, "a temperature > 0")
+    check_key(cfg, "eval.svm_c", _positive, "an SVM C > 0")
+    check_key(
+        cfg,
+        "eval.svm_gamma",
+        lambda v: v in ("scale", "auto") or v > 0,
+        "an RBF gamma > 0, 'scale' or 'auto'",
+    )
