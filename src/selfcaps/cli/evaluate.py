@@ -146,8 +146,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
     metrics = run_protocol(method, dm, args.protocol, kind, labels, own, bank=args.bank)
-    if retrained:  # another finetuning length than the run's: its own keys
-        metrics = {f"{k}_ft{epochs}": v for k, v in metrics.items()}
+    # Another bank or finetuning length than the run's: keys of their own, the run's kept.
+    tag = ("" if args.bank == "train" else f"_{args.bank}") + (f"_ft{epochs}" if retrained else "")
+    metrics = {f"{k}{tag}": v for k, v in metrics.items()}
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}
     merged.update(metrics)

@@ -127,8 +127,7 @@ def run_protocol(
         own_classifier: ``finetune`` the method's own classifier (``finetune_classifier``,
             MCAE) instead of the feature with a linear head.
         bank: ``knn``: the split of labelled images the test images vote with, ``train`` or
-            ``train_full`` (the official training split with the validation images; keys
-            then end in ``_train_full``).
+            ``train_full`` (the official training split with the validation images).
     """
     e, nc = method.cfg.eval, method.info.num_classes
     sfx = labels.suffix if labels is not None else ""
@@ -138,8 +137,7 @@ def run_protocol(
                 "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
                 "protocols, not knn"
             )
-        res = knn_metrics(method, dm, method.features, [kind], nc, bank_split=bank)
-        return res if bank == "train" else {f"{k}_{bank}": v for k, v in res.items()}
+        return knn_metrics(method, dm, method.features, [kind], nc, bank_split=bank)
     if protocol in ("linear", "svm"):
         f = _probe_features(method, dm, kind, labels)
         (tr, ytr), (va, yva), (te, yte) = f["train"], f["val"], f["test"]
