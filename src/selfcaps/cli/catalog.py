@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 
 from selfcaps._names import unknown_name_error
+from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 
 __all__ = ["DATASETS", "IMAGEFOLDER_PREFIX", "MODELS", "check_dataset_name", "list_models"]
 
-IMAGEFOLDER_PREFIX = "imagefolder:"
 
 #: Every name of :func:`selfcaps.data.list_datasets` (``imagefolder:<path>`` is a pattern).
 DATASETS: tuple[str, ...] = (

@@ -56,6 +56,7 @@ from torchvision.transforms import v2
 from selfcaps.config_checks.labels import label_suffix
 from selfcaps.config_checks.mcae import check as check_mcae_config
 from selfcaps.data import EvalTransform
+from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
@@ -234,7 +235,7 @@ class MCAE(CapsuleMethod):
                 v2.Compose([v2.CenterCrop(size), to_float, standardize]),
             )
         steps: list[Any] = [v2.RandomResizedCrop(size, scale=(a.min_scale, 1.0), antialias=True)]
-        if name.startswith("imagefolder:") and a.color_jitter > 0:
+        if name.startswith(IMAGEFOLDER_PREFIX) and a.color_jitter > 0:
             j = float(a.color_jitter)
             steps.append(v2.ColorJitter(brightness=j, contrast=j, saturation=j))
         train = v2.Compose([*steps, to_float, v2.Normalize(list(info.mean), list(info.std))])
@@ -518,7 +519,7 @@ def _input_size(cfg: Any) -> int | None:
     name = str(cfg.data.name)
     if name.startswith("smallnorb"):
         return int(cfg.augment.crop_size)
-    if name.startswith("imagefolder:"):
+    if name.startswith(IMAGEFOLDER_PREFIX):
         return int(cfg.augment.image_size)
     size = dataset_info(name).image_size
     return int(size[0]) if size else None
