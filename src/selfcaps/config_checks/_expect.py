@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-__all__ = ["check", "expect"]
+__all__ = ["check", "expect", "one_of"]
 
 
 def expect(ok: bool, key: str, expected: str, value: Any) -> None:
@@ -39,3 +39,23 @@ def check(cfg: Any, key: str, ok: Callable[[Any], bool], expected: str) -> None:
     except TypeError:
         good = False
     expect(good, key, expected, value)
+
+
+def one_of(cfg: Any, key: str, choices: tuple[Any, ...], expected: str | None = None) -> None:
+    """:func:`check` that the value of ``key`` is one of ``choices``.
+
+    Args:
+        cfg: The configuration.
+        key: Dotted key.
+        choices: The accepted values.
+        expected: How the message names them (default: ``"a | b | c"``).
+
+    Examples:
+        >>> cfg = OmegaConf.create({"model": {"variant": "desne"}})
+        >>> one_of(cfg, "model.variant", ("sparse", "dense"))
+        Traceback (most recent call last):
+        ...
+        ValueError: model.variant: expected sparse | dense, got 'desne'
+    """
+    names = expected if expected is not None else " | ".join(str(c) for c in choices)
+    check(cfg, key, lambda v: v in choices, names)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from selfcaps.config_checks._expect import expect
+from selfcaps.config_checks._expect import expect, one_of
 from selfcaps.config_checks.labels import label_suffix
 
 __all__ = ["BACKBONES", "SCHEDULERS", "check"]
@@ -21,7 +21,7 @@ def check(cfg: Any) -> None:
         ValueError: The first bad key, its value and what is expected.
     """
     m = cfg.model
-    expect(m.backbone in BACKBONES, "model.backbone", " or ".join(BACKBONES), m.backbone)
+    one_of(cfg, "model.backbone", BACKBONES, " or ".join(BACKBONES))
     ratio = m.mask_ratio
     expect(0.0 < float(ratio) < 1.0, "model.mask_ratio", "a fraction in (0, 1)", ratio)
     epochs = cfg.eval.finetune_epochs
@@ -35,5 +35,4 @@ def check(cfg: Any) -> None:
             )
         except ValueError as err:
             raise ValueError(f"eval.label_fraction / eval.labels_per_class: {err}") from err
-    scheduler = cfg.optim.scheduler
-    expect(scheduler in SCHEDULERS, "optim.scheduler", "none or cosine (MCAE)", scheduler)
+    one_of(cfg, "optim.scheduler", SCHEDULERS, "none or cosine (MCAE)")

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from selfcaps.config_checks._expect import expect
+from selfcaps.config_checks._expect import expect, one_of
 
 __all__ = ["check"]
-
-
-def _choice(cfg: Any, key: str, choices: tuple[Any, ...], expected: str) -> None:
-    section, name = key.split(".")
-    value = cfg[section][name]
-    expect(value in choices, key, expected, value)
 
 
 def check(cfg: Any) -> None:
@@ -22,17 +16,17 @@ def check(cfg: Any) -> None:
         ValueError: The first bad key, its value and what is expected.
     """
     m, cd = cfg.model, cfg.cd
-    _choice(cfg, "model.normalize", ("children", "parents"), "children or parents")
-    _choice(
+    one_of(cfg, "model.normalize", ("children", "parents"), "children or parents")
+    one_of(
         cfg,
         "model.decoder_normalize",
         (None, "children", "parents"),
         "null (as model.normalize), children or parents",
     )
-    _choice(cfg, "model.generation", ("paper", "alone"), "paper or alone")
-    _choice(cfg, "cd.decoder_rule", ("paper", "reconstruction"), "paper or reconstruction")
-    _choice(cfg, "cd.decoder_target", ("code", "transpose"), "code or transpose")
-    _choice(cfg, "model.agreement", ("cosine", "dot"), "cosine or dot")
+    one_of(cfg, "model.generation", ("paper", "alone"), "paper or alone")
+    one_of(cfg, "cd.decoder_rule", ("paper", "reconstruction"), "paper or reconstruction")
+    one_of(cfg, "cd.decoder_target", ("code", "transpose"), "code or transpose")
+    one_of(cfg, "model.agreement", ("cosine", "dot"), "cosine or dot")
     stages = list(m.stage_epochs)
     expect(
         len(stages) == 3 and all(int(s) >= 0 for s in stages),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from selfcaps.config_checks._expect import expect
+from selfcaps.config_checks._expect import expect, one_of
 
 __all__ = ["AFFNIST_CHOICES", "FEATURE_CHOICES", "FEATURE_KINDS", "SUPPORTS", "VARIANTS", "check"]
 
@@ -20,10 +20,6 @@ FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 
 
-def _one_of(key: str, choices: tuple[str, ...], value: Any) -> None:
-    expect(value in choices, key, " | ".join(choices), value)
-
-
 def check(cfg: Any) -> None:
     """Check the SparseCaps keys; errors name the key.
 
@@ -31,8 +27,8 @@ def check(cfg: Any) -> None:
         ValueError: The first bad key, its value and what is expected.
     """
     m, e, a = cfg.model, cfg.eval, cfg.augment
-    _one_of("model.variant", VARIANTS, m.variant)
-    _one_of("model.support", SUPPORTS, m.support)
+    one_of(cfg, "model.variant", VARIANTS)
+    one_of(cfg, "model.support", SUPPORTS)
     expect(m.mask_gamma > 0, "model.mask_gamma", "a steepness > 0", m.mask_gamma)
     expect(0 <= m.mask_threshold < 1, "model.mask_threshold", "in [0, 1)", m.mask_threshold)
     expect(0 <= m.boost_ema < 1, "model.boost_ema", "a decay in [0, 1)", m.boost_ema)
@@ -44,10 +40,10 @@ def check(cfg: Any) -> None:
         "0 <= min <= max <= 1",
         (m.boost_min_freq, m.boost_max_freq),
     )
-    _one_of("eval.feature", FEATURE_CHOICES, e.feature)
+    one_of(cfg, "eval.feature", FEATURE_CHOICES)
     staircase = cfg.optim.get("staircase", True)
     expect(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
-    _one_of("eval.affnist", AFFNIST_CHOICES, e.affnist)
+    one_of(cfg, "eval.affnist", AFFNIST_CHOICES)
     expect(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
     expect(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
     expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
