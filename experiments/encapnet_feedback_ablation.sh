@@ -2,9 +2,10 @@
 # EncapNet feedback-unit ablation on CIFAR-10 at a fixed step budget (issue 19).
 #
 # Usage: experiments/encapnet_feedback_ablation.sh OUT_DIR RUN [RUN ...]
-#   RUN is one of the names below; each run is one `selfcaps run encapnet` of the quick preset with
-#   master-only capConvs, one epoch over a seeded random subset of SUBSET training images (default
-#   25,600: 200 steps of 128 images), logging the gradient probe every 20 steps.
+#   RUN is ARM_sSEED (ARM one of the arms below, any seed: off_s0, plangrad_s1, ...); each run
+#   is one `selfcaps run encapnet` of the quick preset with master-only capConvs, one epoch
+#   over a seeded random subset of SUBSET training images (default 25,600: 200 steps of 128
+#   images), logging the gradient probe every 20 steps.
 #   The 60-minute version: SUBSET=null EPOCHS=18 (6,318 steps over all 45,000 images; issue 19
 #   measured 3 master-only epochs, 1,053 steps, in 10 minutes on one otherwise idle core).
 # Environment: DATA_ROOT (default ./data), EPOCHS (default 1), SUBSET (default 25600),
@@ -22,17 +23,20 @@ common=(--data cifar10 --data-root "${DATA_ROOT:-./data}" --threads 1 --no-progr
 # compares 4x4 maps (f_phi reduces them to one number; cosine cost then has no gradient).
 paper_units='[[1,0,-1],[1,1,-1],[2,0,-1],[2,1,-1],[3,0,-1]]'
 for run in "$@"; do
-  case $run in
-    off_s0) args=(--ot off --seed 0) ;;
-    off_s1) args=(--ot off --seed 1) ;;
-    on_s0) args=(--ot on --seed 0) ;;
-    on_s1) args=(--ot on --seed 1) ;;
-    lambda1_s0) args=(--ot on --seed 0 loss.ot_weight=1) ;;
-    lambda1_s1) args=(--ot on --seed 1 loss.ot_weight=1) ;;
-    paperunits_s0) args=(--ot on --seed 0 "loss.units=$paper_units") ;;
-    paperunits_lambda1_s0) args=(--ot on --seed 0 "loss.units=$paper_units" loss.ot_weight=1) ;;
-    plangrad_s0) args=(--ot on --seed 0 loss.detach_plan=false) ;;
-    *) echo "unknown run $run" >&2; exit 2 ;;
+  # RUN is ARM_sSEED: any seed works for every arm.
+  arm=${run%_s*}
+  seed=${run##*_s}
+  if [[ ! $seed =~ ^[0-9]+$ ]]; then echo "run $run: expected ARM_sSEED, e.g. off_s0" >&2; exit 2; fi
+  case $arm in
+    off) args=(--ot off) ;;
+    on) args=(--ot on) ;;
+    lambda1) args=(--ot on loss.ot_weight=1) ;;
+    paperunits) args=(--ot on "loss.units=$paper_units") ;;
+    paperunits_lambda1) args=(--ot on "loss.units=$paper_units" loss.ot_weight=1) ;;
+    plangrad) args=(--ot on loss.detach_plan=false) ;;
+    eps01) args=(--ot on loss.epsilon=0.1) ;;
+    eps10) args=(--ot on loss.epsilon=10) ;;
+    *) echo "unknown arm $arm in run $run" >&2; exit 2 ;;
   esac
-  python -m selfcaps run encapnet --out "$out/$run" "${common[@]}" "${args[@]}"
+  python -m selfcaps run encapnet --out "$out/$run" "${common[@]}" --seed "$seed" "${args[@]}"
 done
