@@ -17,6 +17,7 @@ from selfcaps.methods.mcae import (
     PerImageStandardize,
     _input_size,
     class_nll,
+    finetune_param_groups,
     masked_patch_mse,
 )
 from selfcaps.models.mcae import MaskedReconstruction, MCAENet, random_masking
@@ -180,3 +181,26 @@ def test_finetune_selects_the_lowest_validation_loss():
     assert math.isclose(res["best_val_loss"], losses[best], rel_tol=1e-5)
     for k, v in net.state_dict().items():  # the network holds the selected epoch's weights
         torch.testing.assert_close(v, states[best][k])
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1, 0.0])
+def test_finetune_param_groups_split_pretrained_from_new_layers(scale):
+    """Backbone and encoder at lr x scale, the class capsules at lr; every parameter once."""
+    cfg = load_config("mcae", "quick")
+    method = MCAE(cfg)
+    net = method.classifier()
+    groups = finetune_param_groups(net, 0.5, scale)
+    by_name = {id(p): n for n, p in net.named_parameters()}
+    names = [[by_name[id(p)] for p in g["params"]] for g in groups]
+    assert sorted(names[0] + names[1]) == sorted(by_name.values())  # each parameter exactly once
+    assert all(n.startswith(("backbone.", "encoder.")) for n in names[0])
+    assert names[1] and all(n.startswith("class_caps.") for n in names[1])
+    assert [g["lr"] for g in groups] == [0.5 * scale, 0.5]
+    opt = torch.optim.Adam(groups, lr=0.5)  # the groups' rates win over the default
+    assert [g["lr"] for g in opt.param_groups] == [0.5 * scale, 0.5]
+
+
+def test_finetune_pretrained_lr_scale_is_checked():
+    cfg = load_config("mcae", "quick", [("eval.finetune_pretrained_lr_scale", -0.5)])
+    with pytest.raises(ValueError, match=r"eval\.finetune_pretrained_lr_scale"):
+        MCAE.validate_config(cfg)

@@ -176,3 +176,32 @@ def test_scratch_and_pretrained_runs_finetune_on_the_same_labelled_images(tmp_pa
         method = MCAE(cfg)
         chosen.append(method.labelled_indices(SelfcapsDataModule(cfg, *method.build_transforms())))
     assert chosen[0] == chosen[1] and len(chosen[0]) == 20
+
+
+def test_pretrained_lr_scale_zero_keeps_the_pretrained_weights(tmp_path, run_dir):
+    """eval.finetune_pretrained_lr_scale=0: finetuning moves the class capsules only; the
+    backbone's and encoder's weights stay the pretrained ones (BatchNorm statistics may adapt).
+    `selfcaps eval --pretrained-lr-scale` sets it and writes keys of its own."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    cfg.eval.finetune_pretrained_lr_scale = 0.0
+    method = MCAE(cfg)
+    method.load_state_dict(load_checkpoint(run_dir / "checkpoints" / "best.ckpt")["state_dict"])
+    pretrained = {k: v.clone() for k, v in method.mcae.state_dict().items()}
+    dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    dm.setup("fit")
+    net, _ = method.finetune_classifier(dm, labelled=list(range(20)))
+    stats = ("running_mean", "running_var", "num_batches_tracked")
+    finetuned = net.state_dict()
+    moved = {k for k in finetuned if not torch.equal(finetuned[k], pretrained[k])}
+    assert all(k.endswith(stats) or k.startswith("class_caps.") for k in moved), sorted(moved)
+    assert any(k.startswith("class_caps.") for k in moved)  # the head did learn
+    assert any(k.startswith("backbone.") and k.endswith(stats) for k in moved)
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    args = ["eval", str(out), "--protocol", "finetune", "--labels-per-class", "2"]
+    assert main([*args, "--pretrained-lr-scale", "0.1"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert 0 <= m["finetune_top1_lpc2_plr0.1"] <= 100 and m["labelled_images_lpc2_plr0.1"] == 20
+    # the flag needs the method's own finetuning and a factor >= 0
+    assert main(["eval", str(out), "--protocol", "knn", "--pretrained-lr-scale", "0.1"]) == 2
+    assert main([*args, "--pretrained-lr-scale", "-1"]) == 2

@@ -13,6 +13,8 @@ the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels, a
 ``..._lf10_ls1`` for a subset drawn with ``--label-seed 1`` in a run of another seed
 (several subsets of one run keep every result). ``--finetune-epochs N`` finetunes for
 another number of epochs than the run's; the keys then end in ``_ftN``.
+``--pretrained-lr-scale S`` (MCAE) finetunes the pretrained layers at S times the
+finetuning rate; the keys then end in ``_plrS``.
 A method that finetunes its own classifier (MCAE's class capsules) does so for
 ``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
@@ -64,6 +66,14 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="finetune: train N epochs instead of the run's eval.finetune_epochs (keys then end "
         "in _ftN)",
+    )
+    p.add_argument(
+        "--pretrained-lr-scale",
+        type=float,
+        metavar="S",
+        help="finetune, methods that finetune their own classifier (mcae): the pretrained "
+        "layers learn at S x the finetuning rate (eval.finetune_pretrained_lr_scale; keys then "
+        "end in _plrS)",
     )
     labels = p.add_mutually_exclusive_group()
     labels.add_argument(
@@ -123,6 +133,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     retrained = epochs is not None and epochs != int(cfg.eval.finetune_epochs)
     if retrained:
         cfg.eval.finetune_epochs = epochs
+    scale = args.pretrained_lr_scale
+    if scale is not None:
+        if args.protocol != "finetune" or args.feature is not None or scale < 0:
+            raise ConfigError(
+                "--pretrained-lr-scale: expected a factor >= 0 with --protocol finetune and no "
+                f"--feature (the method's own classifier), got {scale} with --protocol "
+                f"{args.protocol}" + ("" if args.feature is None else f" --feature {args.feature}")
+            )
+        cfg.eval.finetune_pretrained_lr_scale = scale
     if wants_labels and args.protocol == "knn":
         raise ConfigError(
             "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
@@ -145,9 +164,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed = run_seed if args.label_seed is None else args.label_seed
         labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
+    if scale is not None and not own:
+        raise ConfigError(
+            f"--pretrained-lr-scale: {method.name} has no classifier of its own to finetune "
+            "(methods that have one: mcae)"
+        )
     metrics = run_protocol(method, dm, args.protocol, kind, labels, own, bank=args.bank)
     # Another bank or finetuning length than the run's: keys of their own, the run's kept.
     tag = ("" if args.bank == "train" else f"_{args.bank}") + (f"_ft{epochs}" if retrained else "")
+    tag += "" if scale is None else f"_plr{scale:g}"
     metrics = {f"{k}{tag}": v for k, v in metrics.items()}
     path = args.run_dir / "metrics.json"
     merged = json.loads(path.read_text()) if path.is_file() else {}

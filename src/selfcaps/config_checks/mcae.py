@@ -26,6 +26,13 @@ def check(cfg: Any) -> None:
     expect(0.0 < float(ratio) < 1.0, "model.mask_ratio", "a fraction in (0, 1)", ratio)
     epochs = cfg.eval.finetune_epochs
     expect(int(epochs) >= 1, "eval.finetune_epochs", ">= 1 (finetuning is the evaluation)", epochs)
+    scale = cfg.eval.get("finetune_pretrained_lr_scale", 1.0)
+    expect(
+        float(scale) >= 0.0,
+        "eval.finetune_pretrained_lr_scale",
+        ">= 0 (a factor of eval.finetune_lr; 1: the paper's one rate)",
+        scale,
+    )
     fraction, per_class = cfg.eval.get("label_fraction"), cfg.eval.get("labels_per_class")
     if fraction is not None or per_class is not None:
         try:

@@ -120,6 +120,33 @@ class PerImageStandardize:
         return f"{type(self).__name__}()"
 
 
+def finetune_param_groups(net: MCAENet, lr: float, scale: float) -> list[dict[str, Any]]:
+    """Optimiser parameter groups for finetuning: pretrained layers at ``lr * scale``.
+
+    The backbone (primary capsules) and the capsule encoder are what pretraining
+    trained; the class capsules are new at finetuning (section 3.2: "replace it with a
+    class capsule layer"). The paper finetunes everything at one rate (section 4.1: "We
+    then add the class capsules to our network and fully finetune it"): ``scale = 1``,
+    the default. A smaller scale (``eval.finetune_pretrained_lr_scale``, ours) is meant
+    to keep finetuning from overwriting what pretraining learnt; 0 freezes the
+    pretrained weights (their BatchNorm statistics still adapt).
+
+    Args:
+        net: The decoder-less classifier (:meth:`MCAE.classifier`).
+        lr: The finetuning learning rate (``eval.finetune_lr``).
+        scale: Factor of ``lr`` for the backbone and encoder.
+
+    Returns:
+        ``[{"params": pretrained, "lr": lr * scale}, {"params": the rest, "lr": lr}]``;
+        a group is left out when it has no parameters.
+    """
+    pretrained = [*net.backbone.parameters(), *net.encoder.parameters()]
+    ids = {id(p) for p in pretrained}
+    rest = [p for p in net.parameters() if id(p) not in ids]
+    groups = [{"params": pretrained, "lr": lr * scale}, {"params": rest, "lr": lr}]
+    return [g for g in groups if g["params"]]
+
+
 class MCAE(CapsuleMethod):
     """Masked Capsule Autoencoder pretraining and class-capsule finetuning (module docstring).
 
@@ -306,10 +333,14 @@ class MCAE(CapsuleMethod):
         return net.to(self.device).requires_grad_(True)
 
     def _finetune_optimizer(self, steps_per_epoch: int) -> Any:
-        o, epochs = self.cfg.optim, int(self.cfg.eval.finetune_epochs)
+        e, o, epochs = self.cfg.eval, self.cfg.optim, int(self.cfg.eval.finetune_epochs)
+        lr = float(e.finetune_lr)
+        scale = float(e.get("finetune_pretrained_lr_scale", 1.0))
 
         def make(module: L.LightningModule) -> Any:
-            opt = build_optimizer(module.parameters(), o, lr=float(self.cfg.eval.finetune_lr))
+            net = module.backbone  # FinetuneModule(backbone=the classifier, head=Identity)
+            assert isinstance(net, MCAENet)
+            opt = build_optimizer(finetune_param_groups(net, lr, scale), o, lr=lr)
             if o.scheduler == "none":
                 return opt
             total = epochs * steps_per_epoch if o.interval == "step" else epochs
