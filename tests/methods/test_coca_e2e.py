@@ -56,6 +56,11 @@ def test_metrics_csv_has_one_row_per_epoch_and_monitor(run_dir):
     assert {"epoch", "train_loss", "val_knn_top1"} <= set(header)
     epochs = {r.split(",")[header.index("epoch")] for r in rows[1:]}
     assert epochs == {"0", "1"}
+    # time to accuracy: wall-clock minutes beside each validation, and their figure
+    val = [r.split(",") for r in rows[1:] if r.split(",")[header.index("val_knn_top1")]]
+    minutes = [float(r[header.index("elapsed_min")]) for r in val]
+    assert len(minutes) == len(val) >= 1 and minutes == sorted(minutes) and minutes[0] > 0
+    assert (run_dir / "figures" / "time_to_accuracy.png").is_file()
 
 
 def test_weights_load_without_lightning(run_dir):

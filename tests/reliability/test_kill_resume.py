@@ -32,6 +32,8 @@ ARGS = [
 ]
 #: metrics.json values that measure the machine, not the run.
 TIMING = {"train_time_s", "train_images_per_s", "finetune_time_s"}
+#: metrics.csv's column that measures the machine: wall-clock minutes at each validation.
+ELAPSED = "elapsed_min"
 
 
 def resume(run_dir, *flags: str) -> None:
@@ -43,8 +45,13 @@ def resume_at(run_dir):
 
 
 def csv_rows(run_dir):
+    """metrics.csv's rows without the wall-clock minutes (checked to grow, then dropped)."""
     with open(run_dir / "metrics.csv", newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    minutes = [float(r[ELAPSED]) for r in rows if r.get(ELAPSED)]
+    assert len(minutes) == sum(1 for r in rows if r.get("val_knn_top1"))  # one per validation
+    assert minutes == sorted(minutes) and all(m >= 0 for m in minutes)  # resumes count on
+    return [{k: v for k, v in r.items() if k != ELAPSED} for r in rows]
 
 
 def assert_same_run(ref, run, csv_too: bool = True) -> None:

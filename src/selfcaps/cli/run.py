@@ -473,12 +473,12 @@ def _check_split_sizes(cfg: DictConfig, dm: SelfcapsDataModule) -> None:
 
 
 def _write_figures(method: CapsuleMethod, dm: SelfcapsDataModule, out: Path) -> None:
-    from selfcaps.viz import plot_training_curves, render_figure
+    from selfcaps.viz import plot_against_minutes, plot_training_curves, render_figure
 
     figs = out / "figures"
-    plot_training_curves(
-        out / "metrics.csv", figs / "curves.png", title=f"{method.name} on {method.cfg.data.name}"
-    )
+    title = f"{method.name} on {method.cfg.data.name}"
+    plot_training_curves(out / "metrics.csv", figs / "curves.png", title=title)
+    plot_against_minutes(out / "metrics.csv", figs / "time_to_accuracy.png", title=title)
     for stem, spec in method.figures(dm).items():
         render_figure(spec, figs / f"{stem}.png")
 

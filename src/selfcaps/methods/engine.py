@@ -25,6 +25,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch import Tensor
 
 from selfcaps.eval.progress import RunProgressBar
+from selfcaps.methods.clock import ElapsedTime
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
 
 __all__ = [
@@ -337,6 +338,8 @@ def build_trainer(
             max_minutes=float(t.max_time) if t.max_time else None,
         )
     ]
+    if every > 0:
+        cbs.append(ElapsedTime())  # elapsed_min beside every validation
     if monitor is not None and every > 0:
         cbs.append(
             ModelCheckpoint(

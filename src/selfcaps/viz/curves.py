@@ -19,8 +19,10 @@ from matplotlib.ticker import MaxNLocator
 
 from selfcaps.viz.images import save_figure
 
-__all__ = ["COLUMNS_PER_ROW", "plot_training_curves"]
+__all__ = ["COLUMNS_PER_ROW", "ELAPSED_KEY", "plot_against_minutes", "plot_training_curves"]
 
+#: The ``metrics.csv`` column of wall-clock minutes (:class:`selfcaps.methods.clock.ElapsedTime`).
+ELAPSED_KEY = "elapsed_min"
 #: Panels per row of the figure.
 COLUMNS_PER_ROW = 4
 _PHASE_KEYS = ("stage", "phase")
@@ -60,7 +62,7 @@ def _panels(
     keys = sorted({k for r in rows for k, v in r.items() if v not in ("", None)})
     panels: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for key in keys:
-        if key in ("epoch", "step", *_PHASE_KEYS):
+        if key in ("epoch", "step", ELAPSED_KEY, *_PHASE_KEYS):  # minutes: their own figure
             continue
         split, _, rest = key.partition("_")
         panel, label = (rest, split) if split in _SPLITS and rest else (key, key)
@@ -90,6 +92,54 @@ def _phase_changes(rows: list[dict[str, str]]) -> tuple[str, list[tuple[float, i
     return "", []
 
 
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plot_against_minutes(metrics_csv: Path | str, out: Path | str, title: str = "") -> bool:
+    """Every validation metric against the run's wall-clock minutes (time to accuracy).
+
+    The x position of a validation is its ``elapsed_min``
+    (:class:`selfcaps.methods.clock.ElapsedTime`): minutes from the start of training to
+    the start of that validation, summed over resumes. One panel per ``val_*`` column.
+
+    Args:
+        metrics_csv: The CSV logger's file.
+        out: PNG to write.
+        title: Figure title (the run).
+
+    Returns:
+        False (and writes nothing) when no validation row has ``elapsed_min``.
+    """
+    path = Path(metrics_csv)
+    if not path.is_file():
+        return False
+    rows = [r for r in _read_rows(path) if _float(r.get(ELAPSED_KEY)) is not None]
+    keys = sorted({k for r in rows for k, v in r.items() if k.startswith("val_") and v != ""})
+    if not keys:
+        return False
+    ncols = min(COLUMNS_PER_ROW, len(keys))
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.1 * ncols, 2.4 * nrows + 0.4), squeeze=False, layout="constrained"
+    )
+    for ax, key in zip(axes.flat, keys, strict=False):
+        pts = [(_float(r[ELAPSED_KEY]), _float(r.get(key))) for r in rows]
+        xs = [x for x, y in pts if x is not None and y is not None and math.isfinite(y)]
+        ys = [y for x, y in pts if x is not None and y is not None and math.isfinite(y)]
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=4)
+        ax.set_xlim(0, max([1.0, *xs]) * 1.05)
+        ax.set_xlabel("wall-clock minutes")
+        ax.set_ylabel(key.replace("_", " "))
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"{title or 'validation'} against minutes of training", fontsize=11)
+    save_figure(fig, out)
+    return True
+
+
 def plot_training_curves(metrics_csv: Path | str, out: Path | str, title: str = "") -> bool:
     """Plot every metric of ``metrics.csv`` against the epoch (module docstring).
 
@@ -104,8 +154,7 @@ def plot_training_curves(metrics_csv: Path | str, out: Path | str, title: str = 
     path = Path(metrics_csv)
     if not path.is_file():
         return False
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = _read_rows(path)
     xs = _epoch_positions(rows)
     panels = _panels(rows, xs)
     if not panels:
