@@ -43,7 +43,8 @@ def summary(run: Path) -> dict[str, str]:
         sum(t["probe_grad_ot"] / t["probe_grad_cls"] for t in late) / len(late) if late else None
     )
     setting = (
-        f"lambda {c.ot_weight:g}, {len(c.units)} units, detach_plan {c.detach_plan}"
+        f"lambda {c.ot_weight:g}, {len(c.units)} units, detach_plan {c.detach_plan}, "
+        f"epsilon {c.epsilon:g}"
         if c.ot
         else "off"
     )
