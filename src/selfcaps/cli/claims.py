@@ -211,7 +211,7 @@ def claim_figure(plan: ClaimResult) -> Any:
 
     n = len(plan.results)
     width = 3.6 * n + 0.6
-    fig, axes = plt.subplots(1, n, figsize=(width, 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(width, 3.9), squeeze=False)
     for ax, (comp, r, t_vals, c_vals) in zip(axes[0], plan.results, strict=True):
         for a, b in zip(t_vals, c_vals, strict=True):
             ax.plot([0, 1], [a, b], color="0.6", lw=0.8, zorder=1)
@@ -229,7 +229,9 @@ def claim_figure(plan: ClaimResult) -> Any:
         handles, labels = ax.get_legend_handles_labels()
         if handles:
             uniq = dict(zip(labels, handles, strict=True))
-            ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="best")
+            # below the axes: inside, it could hide a seed or the paper's line
+            ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper center",
+                      bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)  # fmt: skip
     title = f"{plan.method} on {plan.dataset}: {plan.claim.statement}"
     # about 12 characters of 10-point text per inch
     fig.suptitle(textwrap.fill(title, width=int(12 * width)), fontsize=10)
