@@ -140,7 +140,10 @@ def test_image_folder_input_size_comes_from_the_preset():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [("model.mask_ratio", 1.0, "model.mask_ratio"), ("model.patch_size", 5, "model.patch_size"),
-     ("eval.finetune_epochs", 0, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim")],
+     ("eval.finetune_epochs", 0, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim"),
+     ("model.mask_ratio", "half", "model.mask_ratio"),
+     ("eval.finetune_pretrained_lr_scale", "abc", "eval.finetune_pretrained_lr_scale"),
+     ("eval.finetune_pretrained_lr_scale", None, "eval.finetune_pretrained_lr_scale")],
 )  # fmt: skip
 def test_validate_config_names_the_key(key, value, message):
     cfg = load_config("mcae", "quick")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from selfcaps.config_checks._expect import expect, one_of
+from selfcaps.config_checks._expect import check as check_key
+from selfcaps.config_checks._expect import one_of
 from selfcaps.config_checks.labels import label_suffix
 
 __all__ = ["BACKBONES", "SCHEDULERS", "check"]
@@ -20,19 +21,16 @@ def check(cfg: Any) -> None:
     Raises:
         ValueError: The first bad key, its value and what is expected.
     """
-    m = cfg.model
     one_of(cfg, "model.backbone", BACKBONES, " or ".join(BACKBONES))
-    ratio = m.mask_ratio
-    expect(0.0 < float(ratio) < 1.0, "model.mask_ratio", "a fraction in (0, 1)", ratio)
-    epochs = cfg.eval.finetune_epochs
-    expect(int(epochs) >= 1, "eval.finetune_epochs", ">= 1 (finetuning is the evaluation)", epochs)
-    scale = cfg.eval.get("finetune_pretrained_lr_scale", 1.0)
-    expect(
-        float(scale) >= 0.0,
-        "eval.finetune_pretrained_lr_scale",
-        ">= 0 (a factor of eval.finetune_lr; 1: the paper's one rate)",
-        scale,
-    )
+    check_key(cfg, "model.mask_ratio", lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)")
+    check_key(cfg, "eval.finetune_epochs", lambda v: v >= 1, ">= 1 (finetuning is the evaluation)")
+    if "finetune_pretrained_lr_scale" in cfg.eval:  # runs made before the key: 1
+        check_key(
+            cfg,
+            "eval.finetune_pretrained_lr_scale",
+            lambda v: v >= 0.0,
+            ">= 0 (a factor of eval.finetune_lr; 1: the paper's one rate)",
+        )
     fraction, per_class = cfg.eval.get("label_fraction"), cfg.eval.get("labels_per_class")
     if fraction is not None or per_class is not None:
         try:
