@@ -92,6 +92,18 @@ def _phase_changes(rows: list[dict[str, str]]) -> tuple[str, list[tuple[float, i
     return "", []
 
 
+def _panel_grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+    """A figure of ``n`` panels, at most :data:`COLUMNS_PER_ROW` a row; spare cells hidden."""
+    ncols = min(COLUMNS_PER_ROW, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.1 * ncols, 2.4 * nrows + 0.4), squeeze=False, layout="constrained"
+    )
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:n]
+
+
 def _read_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -119,12 +131,8 @@ def plot_against_minutes(metrics_csv: Path | str, out: Path | str, title: str = 
     keys = sorted({k for r in rows for k, v in r.items() if k.startswith("val_") and v != ""})
     if not keys:
         return False
-    ncols = min(COLUMNS_PER_ROW, len(keys))
-    nrows = math.ceil(len(keys) / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(3.1 * ncols, 2.4 * nrows + 0.4), squeeze=False, layout="constrained"
-    )
-    for ax, key in zip(axes.flat, keys, strict=False):
+    fig, axes = _panel_grid(len(keys))
+    for ax, key in zip(axes, keys, strict=True):
         pts = [(_float(r[ELAPSED_KEY]), _float(r.get(key))) for r in rows]
         xs = [x for x, y in pts if x is not None and y is not None and math.isfinite(y)]
         ys = [y for x, y in pts if x is not None and y is not None and math.isfinite(y)]
@@ -133,8 +141,6 @@ def plot_against_minutes(metrics_csv: Path | str, out: Path | str, title: str = 
         ax.set_xlabel("wall-clock minutes")
         ax.set_ylabel(key.replace("_", " "))
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys) :]:
-        ax.set_visible(False)
     fig.suptitle(f"{title or 'validation'} against minutes of training", fontsize=11)
     save_figure(fig, out)
     return True
@@ -161,12 +167,8 @@ def plot_training_curves(metrics_csv: Path | str, out: Path | str, title: str = 
         return False
     last = max(x for x in xs if x is not None)
     phase, changes = _phase_changes(rows)
-    ncols = min(COLUMNS_PER_ROW, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(3.1 * ncols, 2.4 * nrows + 0.4), squeeze=False, layout="constrained"
-    )
-    for ax, (name, lines) in zip(axes.flat, panels.items(), strict=False):
+    fig, axes = _panel_grid(len(panels))
+    for ax, (name, lines) in zip(axes, panels.items(), strict=True):
         for label, (lx, ly) in lines.items():
             ax.plot(lx, ly, marker="o" if len(lx) < 30 else None, ms=4, label=label)
             if len(lx) == 1:
@@ -183,8 +185,6 @@ def plot_training_curves(metrics_csv: Path | str, out: Path | str, title: str = 
         ax.grid(alpha=0.3)
         if len(lines) > 1 or set(lines) & set(_SPLITS):
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
     has_val = any("val" in lines for lines in panels.values())
     note = "" if has_val else " (no validation epoch in this run)"
     fig.suptitle(f"{title or 'training curves'}{note}", fontsize=11)
