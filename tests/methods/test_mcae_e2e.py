@@ -205,3 +205,18 @@ def test_pretrained_lr_scale_zero_keeps_the_pretrained_weights(tmp_path, run_dir
     # the flag needs the method's own finetuning and a factor >= 0
     assert main(["eval", str(out), "--protocol", "knn", "--pretrained-lr-scale", "0.1"]) == 2
     assert main([*args, "--pretrained-lr-scale", "-1"]) == 2
+
+
+def test_eval_threads_flag_sets_torch_threads_and_rejects_zero(tmp_path, run_dir):
+    """`selfcaps eval --threads N` runs the protocol on N intra-op threads (two one-thread
+    evaluations then share 2 cores without oversubscribing them); N < 1 is refused by name."""
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(["eval", str(out), "--protocol", "knn", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert main(["eval", str(out), "--protocol", "knn", "--threads", "0"]) == 2

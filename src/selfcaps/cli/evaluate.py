@@ -91,6 +91,12 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--label-seed", type=int, help="seed of the labelled subset (default: the run's seed)"
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch intra-op threads (default: the run's trainer.threads, else torch's default)",
+    )
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,9 +158,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_label_request(args.label_fraction, args.labels_per_class)
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    threads = args.threads if args.threads is not None else cfg.trainer.get("threads")
+    if threads is not None and int(threads) < 1:
+        raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
     # Every protocol reads the train and test splits: missing files are reported now.
     check_files_present(str(cfg.data.name), cfg.data.root, source)
+    import torch
+
     from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
+
+    if threads is not None:
+        torch.set_num_threads(int(threads))
 
     method, dm = load_run(args, cfg, source)
     kind = feature_kind(method, args.feature)
