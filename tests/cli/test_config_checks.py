@@ -19,7 +19,13 @@ def test_every_preset_passes(method, preset):
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("optim.lr", 0.0), ("optim.name", "lbfgs"), ("data.val_fraction", 1.0), ("eval.knn_k", 0)],
+    [
+        ("optim.lr", 0.0),
+        ("optim.name", "lbfgs"),
+        ("optim.warmup", -1),
+        ("data.val_fraction", 1.0),
+        ("eval.knn_k", 0),
+    ],
 )
 def test_a_bad_shared_value_is_refused_for_every_method(key, value):
     for method in sorted(list_presets()):

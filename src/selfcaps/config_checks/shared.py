@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from selfcaps.config_checks._expect import check as check_key
+from selfcaps.config_checks._expect import expect
 
 __all__ = ["check"]
 
@@ -33,6 +36,20 @@ def check(cfg: Any) -> None:
         "none, cosine, step or multistep",
     )
     check_key(cfg, "optim.interval", lambda v: v in ("epoch", "step"), "epoch or step")
+    check_key(
+        cfg,
+        "optim.warmup",
+        lambda v: v is None or (v >= 0 and v == int(v)),
+        "a whole number of scheduler steps >= 0",
+    )
+    warmup = OmegaConf.select(cfg, "optim.warmup") or 0
+    scheduler = OmegaConf.select(cfg, "optim.scheduler")
+    expect(
+        warmup == 0 or scheduler == "cosine",
+        "optim.warmup",
+        f"0 unless optim.scheduler is cosine (it is {scheduler})",
+        warmup,
+    )
     check_key(cfg, "data.batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.eval_batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.val_fraction", lambda v: 0 < v < 1, "a fraction in (0, 1)")

@@ -1,0 +1,84 @@
+"""optim.warmup: the warm-up + cosine factor by hand, against torch's cosine, across a resume."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from selfcaps.cli import main
+from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.schedules import warmup_cosine
+from tests.runs import TINY
+
+
+def test_warmup_then_cosine_by_hand():
+    f = warmup_cosine(2, 6)  # 2 warm-up steps, then a cosine over 4
+    hand = [1 / 3, 2 / 3, 1.0, (1 + math.sqrt(0.5)) / 2, 0.5, (1 - math.sqrt(0.5)) / 2, 0.0]
+    assert [f(t) for t in range(7)] == pytest.approx(hand, abs=1e-12)
+    assert f(9) == pytest.approx(0.0)  # past the end: stays at 0
+    with pytest.raises(ValueError, match=r"optim\.warmup"):
+        warmup_cosine(-1, 6)
+
+
+def test_no_warmup_is_torchs_cosine_annealing():
+    def rates(make):
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
+        sched = make(opt)
+        out = []
+        for _ in range(12):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    ours = rates(lambda o: torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine(0, 10)))
+    theirs = rates(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10))
+    assert ours[:11] == pytest.approx(theirs[:11], abs=1e-12)
+
+
+def test_a_resumed_schedule_continues_where_it_stopped():
+    def make():
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(3, 10))
+
+    opt, sched = make()
+    straight = []
+    for _ in range(10):
+        straight.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    opt, sched = make()
+    resumed = []
+    for _ in range(4):
+        resumed.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    state = (opt.state_dict(), sched.state_dict())
+    opt, sched = make()
+    opt.load_state_dict(state[0])
+    sched.load_state_dict(state[1])
+    for _ in range(6):
+        resumed.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert resumed == straight
+
+
+def test_a_run_warms_up_per_step(tmp_path):
+    """256 images at batch 32: 8 steps; with 100 warm-up steps the rate after them is
+    lr * 9 / 101 (the factor of step t = 8), not the cosine's."""
+    out = tmp_path / "run"
+    args = ["run", "coca", "--out", str(out), "--epochs", "1", *TINY, "optim.lr=1e-3"]
+    sched = ["optim.scheduler=cosine", "optim.interval=step", "optim.warmup=100"]
+    assert main([*args, *sched]) == 0
+    state = load_checkpoint(out / "checkpoints" / "last.ckpt")["lr_schedulers"][0]
+    assert state["_last_lr"][0] == pytest.approx(1e-3 * 9 / 101, rel=1e-9)
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 8
+
+
+def test_warmup_needs_the_cosine_schedule(tmp_path):
+    out = tmp_path / "run"
+    bad = ["run", "coca", "--out", str(out), *TINY, "optim.scheduler=step", "optim.warmup=2"]
+    assert main(bad) == 2
+    assert not out.exists() or not (out / "checkpoints").exists()
