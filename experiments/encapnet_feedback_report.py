@@ -1,9 +1,12 @@
 """Tables from the runs of ``experiments/encapnet_feedback_ablation.sh`` (EncapNet, issue 19).
 
 Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
-and test top-1; and for runs with the gradient probe (``loss.probe_every``), the trace of the
-margin loss, the weighted feedback loss ``lambda * sum W``, the norms of the gradients each term
-sends into the network's weights, their ratio and cosine.
+and test top-1; then one row per arm (runs named ``ARM_sSEED``): test top-1 per seed, mean and
+standard deviation, and the difference from the ``off`` arm paired by seed with its 95% interval
+and verdict (``selfcaps.eval.paired``); and for runs with the gradient probe
+(``loss.probe_every``), the trace of the margin loss, the weighted feedback loss
+``lambda * sum W``, the norms of the gradients each term sends into the network's weights, their
+ratio and cosine.
 
     python experiments/encapnet_feedback_report.py ROOT [--trace RUN ...]
 """
@@ -16,6 +19,8 @@ import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from selfcaps.eval.paired import paired_comparison
 
 PROBE = ("probe_cls_loss", "probe_ot_loss", "probe_grad_cls", "probe_grad_ot", "probe_grad_cos")
 
@@ -61,6 +66,38 @@ def summary(run: Path) -> dict[str, str]:
     }
 
 
+def arm_table(rows: list[dict[str, str]]) -> list[str]:
+    """Markdown rows: per arm, test top-1 by seed, mean +- sd, and minus ``off`` paired by seed."""
+    arms: dict[str, dict[int, float]] = {}
+    for r in rows:
+        arm, _, seed = r["run"].rpartition("_s")
+        if arm and seed.isdigit():
+            arms.setdefault(arm, {})[int(seed)] = float(r["test top-1"])
+    off = arms.get("off", {})
+    out = [
+        "| arm | test top-1 by seed | mean +- sd | minus off, paired by seed (95% interval) |",
+        "|---|---|---|---|",
+    ]
+    for arm, by_seed in arms.items():
+        seeds = sorted(by_seed)
+        values = [by_seed[s] for s in seeds]
+        mean = sum(values) / len(values)
+        sd = None
+        if len(values) > 1:
+            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        shared = [s for s in seeds if s in off]
+        versus = "-"
+        if arm != "off" and shared:
+            c = paired_comparison([by_seed[s] for s in shared], [off[s] for s in shared])
+            diffs = ", ".join(f"{by_seed[s] - off[s]:+.2f}" for s in shared)
+            interval = f" [{c.diff_low:+.2f}, {c.diff_high:+.2f}], {c.verdict}" if c.n > 1 else ""
+            versus = f"{c.diff_mean:+.2f} ({diffs}){interval}"
+        by = ", ".join(f"s{s} {by_seed[s]:.2f}" for s in seeds)
+        spread = f"{mean:.2f} +- {sd:.2f}" if sd is not None else f"{mean:.2f}"
+        out.append(f"| {arm} | {by} | {spread} | {versus} |")
+    return out
+
+
 def main() -> None:
     """Print the results table and the requested probe traces."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -76,6 +113,8 @@ def main() -> None:
         print("|" + "---|" * len(keys))
         for r in rows:
             print("| " + " | ".join(r[k] for k in keys) + " |")
+        print()
+        print("\n".join(arm_table(rows)))
     for name in args.trace:
         print(f"\n{name}: step, margin loss, lambda*sum W, |g margin|, |g OT|, ratio, cosine")
         for t in probe_trace(args.root / name, args.every):
