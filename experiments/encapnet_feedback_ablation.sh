@@ -31,6 +31,7 @@ for run in "$@"; do
     off) args=(--ot off) ;;
     on) args=(--ot on) ;;
     lambda1) args=(--ot on loss.ot_weight=1) ;;
+    lambda01) args=(--ot on loss.ot_weight=0.1) ;;
     paperunits) args=(--ot on "loss.units=$paper_units") ;;
     paperunits_lambda1) args=(--ot on "loss.units=$paper_units" loss.ot_weight=1) ;;
     plangrad) args=(--ot on loss.detach_plan=false) ;;
