@@ -32,6 +32,10 @@ for run in "$@"; do
     on) args=(--ot on) ;;
     lambda1) args=(--ot on loss.ot_weight=1) ;;
     lambda01) args=(--ot on loss.ot_weight=0.1) ;;
+    # Adam's second moment with a 100-step memory instead of 1,000 (is the cost the early
+    # feedback gradients inflating it for the rest of the run?)
+    off_beta99) args=(--ot off 'optim.betas=[0.9,0.99]') ;;
+    lambda1_beta99) args=(--ot on loss.ot_weight=1 'optim.betas=[0.9,0.99]') ;;
     paperunits) args=(--ot on "loss.units=$paper_units") ;;
     paperunits_lambda1) args=(--ot on "loss.units=$paper_units" loss.ot_weight=1) ;;
     plangrad) args=(--ot on loss.detach_plan=false) ;;

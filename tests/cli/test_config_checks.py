@@ -23,6 +23,7 @@ def test_every_preset_passes(method, preset):
         ("optim.lr", 0.0),
         ("optim.name", "lbfgs"),
         ("optim.warmup", -1),
+        ("optim.betas", [0.9, 1.0]),
         ("data.val_fraction", 1.0),
         ("eval.knn_k", 0),
     ],

@@ -1,4 +1,4 @@
-"""optim.warmup: the warm-up + cosine factor by hand, against torch's cosine, across a resume."""
+"""optim.warmup (by hand, against torch, across a resume, in a run) and optim.betas."""
 
 import json
 import math
@@ -82,3 +82,17 @@ def test_warmup_needs_the_cosine_schedule(tmp_path):
     bad = ["run", "coca", "--out", str(out), *TINY, "optim.scheduler=step", "optim.warmup=2"]
     assert main(bad) == 2
     assert not out.exists() or not (out / "checkpoints").exists()
+
+
+def test_adam_betas_come_from_the_config():
+    from omegaconf import OmegaConf
+
+    from selfcaps.methods.base import build_optimizer
+
+    params = [torch.zeros(2, requires_grad=True)]
+    o = OmegaConf.create({"name": "adam", "lr": 0.1, "weight_decay": 0.0, "betas": [0.5, 0.99]})
+    assert build_optimizer(params, o).defaults["betas"] == (0.5, 0.99)
+    o.name = "adamw"
+    assert build_optimizer(params, o).defaults["betas"] == (0.5, 0.99)
+    o.betas = None  # an older run's configuration: torch's defaults
+    assert build_optimizer(params, o).defaults["betas"] == (0.9, 0.999)

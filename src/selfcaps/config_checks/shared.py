@@ -31,6 +31,12 @@ def check(cfg: Any) -> None:
     check_key(cfg, "optim.name", lambda v: v in ("adam", "adamw", "sgd"), "adam, adamw or sgd")
     check_key(
         cfg,
+        "optim.betas",
+        lambda v: v is None or (len(v) == 2 and all(0 <= b < 1 for b in v)),
+        "two decay rates in [0, 1), e.g. [0.9, 0.999]",
+    )
+    check_key(
+        cfg,
         "optim.scheduler",
         lambda v: v in ("none", "cosine", "step", "multistep"),
         "none, cosine, step or multistep",

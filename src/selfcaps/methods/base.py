@@ -49,10 +49,11 @@ def build_optimizer(
         lr: Learning rate instead of ``o.lr`` (e.g. a second, finetuning phase).
     """
     lr = float(o.lr if lr is None else lr)
+    betas = tuple(float(b) for b in (o.get("betas") or (0.9, 0.999)))
     if o.name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=o.weight_decay)
+        return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=o.weight_decay)
     if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=o.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=o.weight_decay)
     if o.name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
     raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")

@@ -103,7 +103,7 @@ from selfcaps.caps import squash, unsquash
 from selfcaps.config_checks.poe import check as check_poe_config
 from selfcaps.data import EvalTransform
 from selfcaps.eval.progress import progress
-from selfcaps.methods.base import CapsuleMethod
+from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
@@ -512,7 +512,7 @@ class PoE(CapsuleMethod):
         o, cd, net = self.cfg.optim, self.cfg.cd, self.poe
         sgd = {"momentum": cd.momentum, "weight_decay": cd.weight_decay}
         return [
-            torch.optim.Adam(net.ae.parameters(), lr=o.lr, weight_decay=o.weight_decay),
+            build_optimizer(net.ae.parameters(), o),
             torch.optim.SGD(net.encoder.parameters(), lr=cd.lr_encoder, **sgd),
             torch.optim.SGD(net.decoder.parameters(), lr=cd.lr_decoder, **sgd),
         ]
