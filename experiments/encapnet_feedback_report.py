@@ -2,8 +2,8 @@
 
 Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
 and test top-1; then one row per arm (runs named ``ARM_sSEED``): test top-1 per seed, mean and
-standard deviation, and the difference from the ``off`` arm paired by seed with its 95% interval
-and verdict (``selfcaps.eval.paired``); and for runs with the gradient probe
+standard deviation, and the difference from the ``off`` arm (``off_X`` for an arm ``..._X``)
+paired by seed with its 95% interval and verdict (``selfcaps.eval.paired``); and for runs with the gradient probe
 (``loss.probe_every``), the trace of the margin loss, the weighted feedback loss
 ``lambda * sum W``, the norms of the gradients each term sends into the network's weights, their
 ratio and cosine.
@@ -73,9 +73,17 @@ def arm_table(rows: list[dict[str, str]]) -> list[str]:
         arm, _, seed = r["run"].rpartition("_s")
         if arm and seed.isdigit():
             arms.setdefault(arm, {})[int(seed)] = float(r["test top-1"])
-    off = arms.get("off", {})
+
+    def control(arm: str) -> str:
+        """``off``, or ``off_X`` for an arm ``..._X`` when that exists (``lambda1_beta99``)."""
+        for name in arms:
+            if name.startswith("off_") and arm.endswith(name[3:]) and arm != name:
+                return name
+        return "off"
+
     out = [
-        "| arm | test top-1 by seed | mean +- sd | minus off, paired by seed (95% interval) |",
+        "| arm | test top-1 by seed | mean +- sd | minus off (or off_X), paired by seed "
+        "(95% interval) |",
         "|---|---|---|---|",
     ]
     for arm, by_seed in arms.items():
@@ -85,13 +93,16 @@ def arm_table(rows: list[dict[str, str]]) -> list[str]:
         sd = None
         if len(values) > 1:
             sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        ref = control(arm)
+        off = arms.get(ref, {})
         shared = [s for s in seeds if s in off]
         versus = "-"
-        if arm != "off" and shared:
+        if not arm.startswith("off") and shared:
             c = paired_comparison([by_seed[s] for s in shared], [off[s] for s in shared])
             diffs = ", ".join(f"{by_seed[s] - off[s]:+.2f}" for s in shared)
             interval = f" [{c.diff_low:+.2f}, {c.diff_high:+.2f}], {c.verdict}" if c.n > 1 else ""
             versus = f"{c.diff_mean:+.2f} ({diffs}){interval}"
+            versus += "" if ref == "off" else f" vs {ref}"
         by = ", ".join(f"s{s} {by_seed[s]:.2f}" for s in seeds)
         spread = f"{mean:.2f} +- {sd:.2f}" if sd is not None else f"{mean:.2f}"
         out.append(f"| {arm} | {by} | {spread} | {versus} |")
