@@ -3,10 +3,10 @@
 Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
 and test top-1; then one row per arm (runs named ``ARM_sSEED``): test top-1 per seed, mean and
 standard deviation, and the difference from the ``off`` arm (``off_X`` for an arm ``..._X``)
-paired by seed with its 95% interval and verdict (``selfcaps.eval.paired``); and for runs with the gradient probe
-(``loss.probe_every``), the trace of the margin loss, the weighted feedback loss
-``lambda * sum W``, the norms of the gradients each term sends into the network's weights, their
-ratio and cosine.
+paired by seed with its 95% interval and verdict (``selfcaps.eval.paired``); and for runs with
+the gradient probe (``loss.probe_every``), the trace of the margin loss, the weighted feedback
+loss ``lambda * sum W``, the norms of the gradients each term sends into the network's weights,
+their ratio and cosine.
 
     python experiments/encapnet_feedback_report.py ROOT [--trace RUN ...]
 """
