@@ -18,9 +18,13 @@ def test_every_shipped_preset_loads(method, preset):
     assert "extends" not in cfg
 
 
-def test_extends_changes_only_what_the_child_sets():
+@pytest.mark.parametrize(
+    ("preset", "changed"),
+    [("quick_mnist5k", {"data.name", "trainer.epochs"}), ("quick_long", {"trainer.epochs"})],
+)
+def test_extends_changes_only_what_the_child_sets(preset, changed):
     base = OmegaConf.to_container(load_config("sparsecaps", "quick"))
-    child = OmegaConf.to_container(load_config("sparsecaps", "quick_mnist5k"))
+    child = OmegaConf.to_container(load_config("sparsecaps", preset))
     diff = {
         f"{section}.{key}"
         for section, values in child.items()
@@ -28,8 +32,8 @@ def test_extends_changes_only_what_the_child_sets():
         for key in values
         if values[key] != base[section][key]
     }
-    assert diff == {"data.name", "trainer.epochs"}
-    assert child["preset"] == "quick_mnist5k"
+    assert diff == changed
+    assert child["preset"] == preset
 
 
 def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
