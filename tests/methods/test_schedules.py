@@ -21,47 +21,41 @@ def test_warmup_then_cosine_by_hand():
         warmup_cosine(-1, 6)
 
 
-def test_no_warmup_is_torchs_cosine_annealing():
-    def rates(make):
-        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
-        sched = make(opt)
-        out = []
-        for _ in range(12):
-            out.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        return out
+def step_rates(opt, sched, n: int) -> list[float]:
+    """The rate of each of ``n`` optimiser steps, stepping the schedule after each."""
+    out = []
+    for _ in range(n):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
 
-    ours = rates(lambda o: torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine(0, 10)))
-    theirs = rates(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10))
-    assert ours[:11] == pytest.approx(theirs[:11], abs=1e-12)
+
+def sgd(lr: float) -> torch.optim.SGD:
+    return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+
+
+def test_no_warmup_is_torchs_cosine_annealing():
+    o = sgd(0.3)
+    ours = step_rates(o, torch.optim.lr_scheduler.LambdaLR(o, warmup_cosine(0, 10)), 11)
+    o = sgd(0.3)
+    theirs = step_rates(o, torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=10), 11)
+    assert ours == pytest.approx(theirs, abs=1e-12)
 
 
 def test_a_resumed_schedule_continues_where_it_stopped():
     def make():
-        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        opt = sgd(1.0)
         return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(3, 10))
 
+    straight = step_rates(*make(), 10)
     opt, sched = make()
-    straight = []
-    for _ in range(10):
-        straight.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    opt, sched = make()
-    resumed = []
-    for _ in range(4):
-        resumed.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
+    resumed = step_rates(opt, sched, 4)
     state = (opt.state_dict(), sched.state_dict())
     opt, sched = make()
     opt.load_state_dict(state[0])
     sched.load_state_dict(state[1])
-    for _ in range(6):
-        resumed.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
+    resumed += step_rates(opt, sched, 6)
     assert resumed == straight
 
 
