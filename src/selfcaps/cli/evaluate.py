@@ -158,7 +158,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             check_label_request(args.label_fraction, args.labels_per_class)
         except ValueError as err:
             raise ConfigError(str(err)) from err
-    threads = args.threads if args.threads is not None else cfg.trainer.get("threads")
+    threads = args.threads if args.threads is not None else OmegaConf.select(cfg, "trainer.threads")
     if threads is not None and int(threads) < 1:
         raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
     # Every protocol reads the train and test splits: missing files are reported now.
