@@ -29,7 +29,7 @@ from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
 from selfcaps.methods.flags import CliFlag
-from selfcaps.methods.schedules import warmup_cosine
+from selfcaps.methods.schedules import cosine_schedule
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
 
@@ -305,10 +305,7 @@ class CapsuleMethod(L.LightningModule):
             steps = int(self.cfg.trainer.max_steps)  # a budget the Trainer does not see
             if o.interval == "step" and steps > 0:
                 total = min(total, steps)
-            warmup = int(o.get("warmup") or 0)
-            if warmup == 0:
-                return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
-            return torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, total))
+            return cosine_schedule(opt, total, o.get("warmup"))
         raise ValueError(
             f"optim.scheduler: unknown schedule {o.scheduler!r}; "
             "valid: none, cosine, step, multistep"

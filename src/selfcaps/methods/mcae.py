@@ -65,6 +65,7 @@ from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mi
 from selfcaps.methods.engine import RunCSVLogger
 from selfcaps.methods.figures import Figure, ImageGrid
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
+from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
 from selfcaps.models.mcae import MaskedReconstruction, MCAENet
 
@@ -344,7 +345,7 @@ class MCAE(CapsuleMethod):
             if o.scheduler == "none":
                 return opt
             total = epochs * steps_per_epoch if o.interval == "step" else epochs
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
+            sched = cosine_schedule(opt, total, o.get("warmup"))
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": o.interval}}
 
         return make

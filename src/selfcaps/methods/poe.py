@@ -508,7 +508,7 @@ class PoE(CapsuleMethod):
         check_poe_config(cfg)
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """Adam for the autoencoder (stage 1); SGD with momentum and L2 for W and U."""
+        """``optim`` for the autoencoder (Adam in presets); SGD with momentum and L2 for W, U."""
         o, cd, net = self.cfg.optim, self.cfg.cd, self.poe
         sgd = {"momentum": cd.momentum, "weight_decay": cd.weight_decay}
         return [

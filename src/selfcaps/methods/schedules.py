@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["warmup_cosine"]
+import torch
+
+__all__ = ["cosine_schedule", "warmup_cosine"]
+
+
+def cosine_schedule(opt: torch.optim.Optimizer, total: int, warmup: Any = 0) -> Any:
+    """Cosine annealing to 0 over ``total`` scheduler steps, after ``warmup`` linear ones.
+
+    Without a warm-up this is torch's ``CosineAnnealingLR``; with one, a ``LambdaLR`` of
+    :func:`warmup_cosine`. ``warmup`` is ``optim.warmup`` (``None`` in older configurations: 0).
+    """
+    steps = int(warmup or 0)
+    if steps == 0:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
+    return torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(steps, total))
 
 
 def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
