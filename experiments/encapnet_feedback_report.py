@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -89,10 +90,8 @@ def arm_table(rows: list[dict[str, str]]) -> list[str]:
     for arm, by_seed in arms.items():
         seeds = sorted(by_seed)
         values = [by_seed[s] for s in seeds]
-        mean = sum(values) / len(values)
-        sd = None
-        if len(values) > 1:
-            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        mean = statistics.mean(values)
+        sd = statistics.stdev(values) if len(values) > 1 else None
         ref = control(arm)
         off = arms.get(ref, {})
         shared = [s for s in seeds if s in off]

@@ -11,7 +11,7 @@ import torch
 __all__ = ["cosine_schedule", "warmup_cosine"]
 
 
-def cosine_schedule(opt: torch.optim.Optimizer, total: int, warmup: Any = 0) -> Any:
+def cosine_schedule(opt: torch.optim.Optimizer, total: int, warmup: int | None = 0) -> Any:
     """Cosine annealing to 0 over ``total`` scheduler steps, after ``warmup`` linear ones.
 
     Without a warm-up this is torch's ``CosineAnnealingLR``; with one, a ``LambdaLR`` of
