@@ -194,3 +194,33 @@ def test_config_errors_name_the_key(data_root, capsys):
     assert "augment.canvas" in capsys.readouterr().err
     assert main([*args, "eval.feature=pixels"]) == 2
     assert "eval.feature" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:affnist_like")
+def test_same_digits_halves_fit_on_redistorted_test_digits(data_root):
+    method = _method(
+        ("model.variant", "dense"),
+        ("data.train_subset", 32),
+        ("eval.svm_max_train", 40),
+        ("eval.affnist", "affnist_like"),
+        ("eval.affnist_halves", "same_digits"),
+        ("eval.affnist_fit", 40),
+        ("eval.affnist_test", 20),
+    )
+    method.cfg.data.root = data_root
+    dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    m = method.eval().evaluate(dm)
+    assert m["affnist_halves"] == "same_digits"
+    assert (m["affnist_fit_images"], m["affnist_test_images"]) == (40, 20)
+    first, again = method._affnist_like(dm), method._affnist_like(dm, 1)
+    assert torch.equal(first.targets, again.targets)  # the same digits ...
+    assert not torch.equal(first.data[:20], again.data[:20])  # ... distorted anew
+
+
+def test_same_digits_needs_generated_affnist(data_root, capsys):
+    args = ["run", "sparsecaps", "--data", "mnist5k", "--data-root", data_root]
+    assert main([*args, "eval.affnist_halves=same_digits"]) == 2
+    err = capsys.readouterr().err
+    assert "eval.affnist" in err and "same_digits" in err
+    assert main([*args, "eval.affnist_halves=shuffled"]) == 2
+    assert "eval.affnist_halves" in capsys.readouterr().err

@@ -6,7 +6,15 @@ from typing import Any
 
 from selfcaps.config_checks._expect import expect, one_of
 
-__all__ = ["AFFNIST_CHOICES", "FEATURE_CHOICES", "FEATURE_KINDS", "SUPPORTS", "VARIANTS", "check"]
+__all__ = [
+    "AFFNIST_CHOICES",
+    "FEATURE_CHOICES",
+    "FEATURE_KINDS",
+    "HALVES_CHOICES",
+    "SUPPORTS",
+    "VARIANTS",
+    "check",
+]
 
 #: ``model.variant``: the paper's network, without the mask, or trained with labels.
 VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
@@ -18,6 +26,9 @@ FEATURE_KINDS = ("unmasked", "masked")
 FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 #: ``eval.affnist``: which affNIST the transfer protocols use.
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
+#: ``eval.affnist_halves``: how protocol (a)'s fit and test images are drawn
+#: (:mod:`selfcaps.methods.affnist_halves`).
+HALVES_CHOICES = ("permutation", "file_order", "same_digits")
 
 
 def check(cfg: Any) -> None:
@@ -46,6 +57,11 @@ def check(cfg: Any) -> None:
     one_of(cfg, "eval.affnist", AFFNIST_CHOICES)
     expect(e.affnist_fit >= 1, "eval.affnist_fit", "a number of images >= 1", e.affnist_fit)
     expect(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
+    if "affnist_halves" in e:  # absent from configs saved before the key existed
+        one_of(cfg, "eval.affnist_halves", HALVES_CHOICES)
+    if e.get("affnist_halves") == "same_digits":
+        expected = "affnist_like (same_digits redistorts the test digits)"
+        expect(e.affnist == "affnist_like", "eval.affnist", expected, e.affnist)
     expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
     if e.affnist != "none":
         expected = "40 (affNIST's size) unless eval.affnist=none"

@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
 
 from selfcaps.caps import caps_length
 from selfcaps.config_checks.sparsecaps import FEATURE_KINDS
@@ -70,6 +70,7 @@ from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
 from selfcaps.data.affine import place_in_canvas
 from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
+from selfcaps.methods.affnist_halves import affnist_halves
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.claims import Arm, Claim, Comparison
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
@@ -364,8 +365,18 @@ class SparseCaps(CapsuleMethod):
                     "distorted with affNIST's published ranges) instead",
                     stacklevel=2,
                 )
-        ds = get_dataset("affnist_like", root=root, split="test", root_source=source)
+        ds = self._affnist_like(dm)
         return ds, f"affnist_like (generated from {getattr(ds, 'source', '?')})"
+
+    def _affnist_like(self, dm: Any, distortion_seed: int = 0) -> Dataset:
+        """The generated affNIST test split with one distortion seed (0: the default images)."""
+        return get_dataset(
+            "affnist_like",
+            root=self.cfg.data.root,
+            split="test",
+            root_source=getattr(dm, "root_source", None),
+            distortion_seed=distortion_seed,
+        )
 
     def _subset(self, n_total: int, n: int | None, salt: int) -> list[int]:
         """A seeded random choice of ``n`` indices (sorted), all of them if ``n`` is None."""
@@ -399,18 +410,29 @@ class SparseCaps(CapsuleMethod):
         }
         if e.affnist != "none":
             aff, metrics["affnist_source"] = self._affnist(dm)
-            n = len(aff)  # type: ignore[arg-type]
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(mix_seed(0xAFF)))
-            n_test = min(int(e.affnist_test), n // 2)
-            n_fit = min(int(e.affnist_fit), n - n_test, max_train or n)
-            test_idx = order[:n_test].sort().values.tolist()
-            fit_idx = order[n_test : n_test + n_fit].sort().values.tolist()
-            af_te, af_te_y = self._encode(aff, [*kinds, "lengths", "ranks"], test_idx)
+            mode = str(e.get("affnist_halves", "permutation"))
+            halves = affnist_halves(
+                len(aff),  # type: ignore[arg-type]
+                int(e.affnist_fit),
+                int(e.affnist_test),
+                mode,
+                max_train,
+            )
+            af_te, af_te_y = self._encode(aff, [*kinds, "lengths", "ranks"], halves.test)
             self._affnist_ranks = af_te["ranks"].long()
-            af_fit, af_fit_y = self._encode(aff, kinds, fit_idx)
+            fit_ds = aff
+            if halves.redistortions:
+                fit_ds = ConcatDataset(
+                    [self._affnist_like(dm, k + 1) for k in range(halves.redistortions)]
+                )
+            af_fit, af_fit_y = self._encode(fit_ds, kinds, halves.fit)
             feats["affnist_a"] = ((af_fit, af_fit_y), (af_te, af_te_y))
             feats["affnist_b"] = ((tr, tr_y), (af_te, af_te_y))
-            metrics.update(affnist_fit_images=n_fit, affnist_test_images=n_test)
+            metrics.update(
+                affnist_fit_images=len(halves.fit),
+                affnist_test_images=len(halves.test),
+                affnist_halves=mode,
+            )
             if self.variant == "supervised":
                 metrics["capsnet_acc_affnist"] = _length_accuracy(af_te["lengths"], af_te_y)
         else:

@@ -1,0 +1,109 @@
+r"""SparseCaps: does the way protocol (a)'s affNIST halves are drawn move sparse - dense?
+
+Issue 18 asks, for each place where the reference code and selfcaps differ, for the
+effect on the dense-vs-sparse gap. How the fit and test images of protocol (a) are
+drawn needs no training: this script reloads finished runs of one ladder rung
+(``<rung>/<variant>_seed<S>`` directories written by ``sparsecaps_ladder.py``),
+re-runs the method's own evaluation once per ``eval.affnist_halves`` mode
+(:mod:`selfcaps.methods.affnist_halves`) on ``affnist_like``, and prints
+``svm_affnist_a`` per feature, mean +- sd over seeds, and sparse - dense paired by
+seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md``.
+
+Example:
+    python experiments/sparsecaps_affnist_halves.py LADDER/steps1687 --data-root DIR \
+        --modes permutation file_order same_digits --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from selfcaps.cli.config import load_yaml
+from selfcaps.methods import get_method
+from selfcaps.methods.datamodule import SelfcapsDataModule
+from selfcaps.methods.io import load_checkpoint
+
+FEATURES = {"v'": "svm_affnist_a_masked", "v": "svm_affnist_a_unmasked"}
+PIXELS = "svm_affnist_a_pixels"
+
+
+def evaluate(run: Path, mode: str, data_root: str, pixels: bool) -> dict[str, float]:
+    """The run's own evaluation (``best.ckpt``) with ``eval.affnist_halves=mode``."""
+    cfg = OmegaConf.create(load_yaml(run / "config.yaml"))
+    cfg.data.root = data_root
+    cfg.eval.affnist = "affnist_like"
+    cfg.eval.affnist_halves = mode
+    cfg.eval.baselines = pixels
+    method = get_method(cfg.method)(cfg)
+    method.validate_config(cfg)
+    method.load_state_dict(load_checkpoint(run / "checkpoints" / "best.ckpt")["state_dict"])
+    method.eval()
+    train_tf, eval_tf = method.build_transforms()
+    dm = SelfcapsDataModule(cfg, train_tf, eval_tf, root_source="--data-root")
+    with torch.no_grad():
+        metrics = method.evaluate(dm)
+    return {k: float(v) for k, v in metrics.items() if k.startswith("svm_affnist_a")}
+
+
+def mean_sd(values: list[float]) -> str:
+    """``mean +- sd`` (sd over seeds, n - 1)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} +- {sd:.2f}"
+
+
+def table(results: dict[str, dict[str, dict[str, float]]], seeds: list[int]) -> str:
+    """Markdown: one row per mode; sparse and dense per feature, and paired differences."""
+    cols = ["halves", "sparse v'", "sparse v", "dense v", "sparse v' - dense", "sparse v - dense"]
+    lines = ["| " + " | ".join([*cols, "pixels"]) + " |", "|" + "---|" * 7]
+    for mode, runs in results.items():
+        dense = [runs[f"dense_seed{s}"][FEATURES["v"]] for s in seeds]
+        cells = [mode]
+        per_feature = {
+            name: [runs[f"sparse_seed{s}"][key] for s in seeds] for name, key in FEATURES.items()
+        }
+        cells += [mean_sd(per_feature["v'"]), mean_sd(per_feature["v"]), mean_sd(dense)]
+        for name in ("v'", "v"):
+            cells.append(mean_sd([a - b for a, b in zip(per_feature[name], dense, strict=True)]))
+        pix = [r[PIXELS] for r in runs.values() if PIXELS in r]
+        cells.append(f"{pix[0]:.2f}" if pix else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Evaluate every run of the rung under every mode; write and print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("rung", type=Path, help="a ladder rung: <rung>/<variant>_seed<S>/")
+    p.add_argument("--data-root", required=True)
+    p.add_argument("--modes", nargs="+", default=["permutation", "file_order", "same_digits"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    out_json = args.rung / "halves.json"
+    results: dict[str, dict[str, dict[str, float]]] = (
+        json.loads(out_json.read_text()) if out_json.exists() else {}
+    )
+    for mode in args.modes:
+        runs = results.setdefault(mode, {})
+        for variant in ("sparse", "dense"):
+            for seed in args.seeds:
+                name = f"{variant}_seed{seed}"
+                if name not in runs:
+                    first = not any(PIXELS in r for r in runs.values())
+                    runs[name] = evaluate(args.rung / name, mode, args.data_root, first)
+                    out_json.write_text(json.dumps(results, indent=1))
+                    print(mode, name, {k: round(v, 2) for k, v in runs[name].items()}, flush=True)
+    md = table(results, args.seeds)
+    (args.rung / "halves.md").write_text(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
