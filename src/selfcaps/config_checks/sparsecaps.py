@@ -11,6 +11,7 @@ __all__ = [
     "FEATURE_CHOICES",
     "FEATURE_KINDS",
     "HALVES_CHOICES",
+    "SHIFT_ORDERS",
     "SUPPORTS",
     "VARIANTS",
     "check",
@@ -26,6 +27,8 @@ FEATURE_KINDS = ("unmasked", "masked")
 FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 #: ``eval.affnist``: which affNIST the transfer protocols use.
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
+#: ``augment.shift_order``: one random shift per digit and epoch, or every shift in turn.
+SHIFT_ORDERS = ("random", "exhaustive")
 #: ``eval.affnist_halves``: how protocol (a)'s fit and test images are drawn
 #: (:mod:`selfcaps.methods.affnist_halves`).
 HALVES_CHOICES = ("permutation", "file_order", "same_digits")
@@ -63,6 +66,11 @@ def check(cfg: Any) -> None:
         expected = "affnist_like (same_digits redistorts the test digits)"
         expect(e.affnist == "affnist_like", "eval.affnist", expected, e.affnist)
     expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
+    if "shift_order" in a:
+        one_of(cfg, "augment.shift_order", SHIFT_ORDERS)
+        if a.shift_order == "exhaustive":
+            expected = "a canvas for the shifts (augment.shift_order=exhaustive)"
+            expect(bool(a.canvas), "augment.canvas", expected, a.canvas)
     if e.affnist != "none":
         expected = "40 (affNIST's size) unless eval.affnist=none"
         expect(a.canvas == 40, "augment.canvas", expected, a.canvas)

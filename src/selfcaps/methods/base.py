@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
+from torch.utils.data import Dataset
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
@@ -152,6 +153,15 @@ class CapsuleMethod(L.LightningModule):
     def build_transforms(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
         """``(train_transform, eval_transform)`` for this method and dataset."""
         raise NotImplementedError
+
+    def training_dataset(self, train: Dataset) -> Dataset:
+        """The dataset training batches are drawn from, given the raw training split.
+
+        The default is the split itself; a method may expand it (SparseCaps'
+        ``augment.shift_order=exhaustive``). Evaluation and the kNN bank always read
+        the split.
+        """
+        return train
 
     def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """``(loss, extra metrics to log)`` for a training batch."""

@@ -4,8 +4,9 @@ Every random choice the data pipeline makes is a pure function of
 ``(seed, epoch, sample index)``:
 
 * :class:`EpochSampler` shuffles with a generator seeded by ``(seed, epoch)``
-  and shards the permutation across processes itself (so Lightning's sampler
-  replacement is switched off);
+  (a full permutation, or with ``data.shuffle_buffer`` the dataset read in order
+  through a shuffle buffer, :func:`buffered_order`) and shards the order across
+  processes itself (so Lightning's sampler replacement is switched off);
 * :class:`SeededTransformDataset` applies the (random) training transform
   under a torch RNG seeded by ``(seed, epoch, index)``.
 
@@ -17,7 +18,8 @@ an epoch starts at the next batch of that epoch (:meth:`SelfcapsDataModule.resum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import lightning as L
@@ -31,6 +33,7 @@ __all__ = [
     "SeededTransformDataset",
     "SelfcapsDataModule",
     "TransformDataset",
+    "buffered_order",
     "mix_seed",
 ]
 
@@ -59,6 +62,44 @@ def _dist_info() -> tuple[int, int]:
     return 0, 1
 
 
+def buffered_order(n: int, buffer: int, generator: torch.Generator) -> Iterator[int]:
+    """``0 .. n-1`` read in order through a ``buffer``-slot shuffle buffer (tf.data's ``shuffle``).
+
+    The buffer starts with the first ``buffer`` indices; each output is a uniformly
+    chosen slot, refilled with the next index in order; once the indices run out, the
+    buffer drains in random order. Every index comes out once, at most ``buffer - 1``
+    places earlier than its position in order, so neighbouring items stay together
+    (the SparseCaps reference code's stream of every shift of one digit after another).
+
+    Args:
+        n: Number of indices.
+        buffer: Slots (1: no shuffling).
+        generator: Source of randomness.
+
+    Examples:
+        >>> list(buffered_order(5, 1, torch.Generator()))
+        [0, 1, 2, 3, 4]
+        >>> sorted(buffered_order(100, 10, torch.Generator().manual_seed(0))) == list(range(100))
+        True
+    """
+    slots = list(range(min(buffer, n)))
+    upcoming = len(slots)
+    while slots:
+        draws = torch.rand(4096, generator=generator, dtype=torch.float64).tolist()
+        for u in draws:
+            if not slots:
+                return
+            j = min(int(u * len(slots)), len(slots) - 1)
+            out = slots[j]
+            if upcoming < n:
+                slots[j] = upcoming
+                upcoming += 1
+            else:
+                slots[j] = slots[-1]
+                slots.pop()
+            yield out
+
+
 class EpochSampler(Sampler[tuple[int, int]]):
     """Yields ``(epoch, index)`` keys: a per-epoch seeded shuffle, sharded across processes.
 
@@ -72,6 +113,8 @@ class EpochSampler(Sampler[tuple[int, int]]):
         batch_size: Per-process batch size, used with ``drop_last``.
         rank: Process rank (default: from ``torch.distributed``).
         world_size: Number of processes (default: from ``torch.distributed``).
+        buffer: With ``shuffle``, read the dataset in order through a shuffle buffer of
+            this many slots (:func:`buffered_order`) instead of a full permutation.
     """
 
     def __init__(
@@ -83,8 +126,9 @@ class EpochSampler(Sampler[tuple[int, int]]):
         batch_size: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
+        buffer: int | None = None,
     ) -> None:
-        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.n, self.seed, self.shuffle, self.buffer = n, seed, shuffle, buffer
         self.drop_last, self.batch_size = drop_last, batch_size
         r, w = _dist_info()
         self.rank = r if rank is None else rank
@@ -107,19 +151,22 @@ class EpochSampler(Sampler[tuple[int, int]]):
             self._resume = None
         self.epoch = epoch
 
-    def _indices(self) -> list[int]:
+    def _indices(self) -> Iterable[int]:
+        order: Iterable[int]
         if self.shuffle:
             g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch))
-            order = torch.randperm(self.n, generator=g).tolist()
+            if self.buffer:
+                order = buffered_order(self.n, self.buffer, g)
+            else:
+                order = torch.randperm(self.n, generator=g).tolist()
         else:
-            order = list(range(self.n))
-        shard = order[self.rank :: self.world_size]
-        if self.drop_last:
-            per_rank = (self.n // self.world_size) // self.batch_size * self.batch_size
-            shard = shard[:per_rank]
+            order = range(self.n)
+        stop = len(self) if self.drop_last else None
+        shard = islice(order, self.rank, None, self.world_size)
+        skip = 0
         if self._resume is not None and self._resume[0] == self.epoch:
-            shard = shard[self._resume[1] * self.batch_size :]
-        return shard
+            skip = self._resume[1] * self.batch_size
+        return islice(shard, skip, stop)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return ((self.epoch, i) for i in self._indices())
@@ -245,6 +292,7 @@ class SelfcapsDataModule(L.LightningDataModule):
             shuffle=shuffle,
             drop_last=drop_last,
             batch_size=batch_size,
+            buffer=self.cfg.data.get("shuffle_buffer") if shuffle else None,
         )
         workers = self.cfg.data.num_workers
         return DataLoader(
@@ -261,12 +309,19 @@ class SelfcapsDataModule(L.LightningDataModule):
         """True when the training transform works on whole batches (applied by the module)."""
         return bool(getattr(self.train_transform, "is_batch_transform", False))
 
+    def training_split(self) -> Dataset:
+        """The training split as the method trains on it (its ``training_dataset`` hook)."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        train = self.split("train")
+        return module.training_dataset(train) if module is not None else train
+
     def train_dataloader(self) -> DataLoader:
         """Training batches: transformed per sample, or raw uint8 for a batch transform."""
+        train = self.training_split()
         if self.batched_train_transform:
-            ds: Dataset = TransformDataset(self.split("train"), None)
+            ds: Dataset = TransformDataset(train, None)
         else:
-            ds = SeededTransformDataset(self.split("train"), self.train_transform, self.cfg.seed)
+            ds = SeededTransformDataset(train, self.train_transform, self.cfg.seed)
         loader = self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
         if self._resume is not None:
             loader.sampler.resume_at(*self._resume)  # type: ignore[attr-defined]
@@ -292,6 +347,6 @@ class SelfcapsDataModule(L.LightningDataModule):
     @property
     def num_train_batches(self) -> int:
         """Full training batches per epoch on this process."""
-        n = len(self.split("train"))  # type: ignore[arg-type]
+        n = len(self.training_split())  # type: ignore[arg-type]
         _, world = _dist_info()
         return (n // world) // self.cfg.data.batch_size

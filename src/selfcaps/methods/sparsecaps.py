@@ -68,6 +68,7 @@ from selfcaps.config_checks.sparsecaps import FEATURE_KINDS
 from selfcaps.config_checks.sparsecaps import check as check_sparsecaps_config
 from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
 from selfcaps.data.affine import place_in_canvas
+from selfcaps.data.shift_grid import ShiftGridDataset
 from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.affnist_halves import affnist_halves
@@ -239,11 +240,35 @@ class SparseCaps(CapsuleMethod):
         assert isinstance(net, SparseCapsNet)
         return net
 
+    @property
+    def exhaustive_shifts(self) -> bool:
+        """``augment.shift_order=exhaustive``: every shift of each digit in turn."""
+        return self.cfg.augment.get("shift_order", "random") == "exhaustive"
+
     def build_transforms(self) -> tuple[CanvasTransform, CanvasTransform]:
-        """Random shifts inside the canvas for training; centred for evaluation."""
+        """Random shifts inside the canvas for training; centred for evaluation.
+
+        With ``augment.shift_order=exhaustive`` the training images arrive already
+        shifted (:meth:`training_dataset`), so the training transform only scales them.
+        """
         a = self.cfg.augment
         canvas = int(a.canvas) if a.canvas else None
-        return CanvasTransform(canvas, int(a.max_shift)), CanvasTransform(canvas)
+        shift = 0 if self.exhaustive_shifts else int(a.max_shift)
+        return CanvasTransform(canvas, shift), CanvasTransform(canvas)
+
+    def training_dataset(self, train: Dataset) -> Dataset:
+        """The training split; with ``augment.shift_order=exhaustive``, each digit at every shift.
+
+        ``exhaustive`` is the reference code's training file: each digit at all 169
+        shifts in [-6, 6]^2, digit after digit
+        (:class:`~selfcaps.data.shift_grid.ShiftGridDataset`); with
+        ``data.shuffle_buffer=5000`` it is also read as the reference reads it. An epoch
+        is then 169 times longer, so such runs are budgeted by ``--max-steps``.
+        """
+        if not self.exhaustive_shifts:
+            return train
+        a = self.cfg.augment
+        return ShiftGridDataset(train, int(a.canvas), int(a.max_shift))
 
     @classmethod
     def validate_config(cls, cfg: DictConfig) -> None:
