@@ -4,8 +4,9 @@ Issue 18 asks, for each place where the reference code and selfcaps differ, for 
 effect on the dense-vs-sparse gap. How the fit and test images of protocol (a) are
 drawn needs no training: this script reloads finished runs of one ladder rung
 (``<rung>/<variant>_seed<S>`` directories written by ``sparsecaps_ladder.py``),
-re-runs the method's own evaluation once per ``eval.affnist_halves`` mode
-(:mod:`selfcaps.methods.affnist_halves`) on ``affnist_like``, and prints
+re-runs the method's own evaluation on ``affnist_like`` once per
+``eval.affnist_halves`` mode (:mod:`selfcaps.methods.affnist_halves`; a run whose
+``metrics.json`` already used the mode is read, not re-run), and prints
 ``svm_affnist_a`` per feature, mean +- sd over seeds, and sparse - dense paired by
 seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md``.
 
@@ -31,6 +32,15 @@ from selfcaps.methods.io import load_checkpoint
 
 FEATURES = {"v'": "svm_affnist_a_masked", "v": "svm_affnist_a_unmasked"}
 PIXELS = "svm_affnist_a_pixels"
+
+
+def recorded(run: Path, mode: str) -> dict[str, float] | None:
+    """The run's ``metrics.json`` values if its own evaluation already used ``mode``."""
+    m = json.loads((run / "metrics.json").read_text())
+    used = m.get("affnist_halves", "permutation")  # runs before the key existed: permutation
+    if used != mode or not str(m.get("affnist_source", "")).startswith("affnist_like"):
+        return None
+    return {k: float(v) for k, v in m.items() if k.startswith("svm_affnist_a")}
 
 
 def evaluate(run: Path, mode: str, data_root: str, pixels: bool) -> dict[str, float]:
@@ -97,7 +107,9 @@ def main() -> None:
                 name = f"{variant}_seed{seed}"
                 if name not in runs:
                     first = not any(PIXELS in r for r in runs.values())
-                    runs[name] = evaluate(args.rung / name, mode, args.data_root, first)
+                    runs[name] = recorded(args.rung / name, mode) or evaluate(
+                        args.rung / name, mode, args.data_root, first
+                    )
                     out_json.write_text(json.dumps(results, indent=1))
                     print(mode, name, {k: round(v, 2) for k, v in runs[name].items()}, flush=True)
     md = table(results, args.seeds)
