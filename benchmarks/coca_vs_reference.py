@@ -33,11 +33,14 @@ CPU-minutes per trained arm and seed).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,8 @@ from selfcaps import create_model
 from selfcaps.data import EvalTransform, dataset_info, get_dataset
 from selfcaps.data.splits import carve_validation
 from selfcaps.eval import knn_evaluate
+from selfcaps.eval.labels import dataset_targets
+from selfcaps.methods.datamodule import seeded_subset
 
 #: The reference code's CIFAR-10 normalisation (``utils.py``).
 REFERENCE_MEAN = (0.4914, 0.4822, 0.4465)
@@ -72,7 +77,7 @@ def stratified(dataset: Any, n: int) -> Subset:
 
 # --------------------------------------------------------------------------- evaluation
 @torch.no_grad()
-def features(fn: Callable[[Tensor], Tensor], data: Subset, norm: EvalTransform) -> Tensor:
+def features(fn: Callable[[Tensor], Tensor], data: Dataset, norm: EvalTransform) -> Tensor:
     """``fn`` of every image of ``data`` through ``norm``, in batches of 500."""
     out = []
     for i in range(0, len(data), 500):
@@ -81,14 +86,13 @@ def features(fn: Callable[[Tensor], Tensor], data: Subset, norm: EvalTransform) 
     return torch.cat(out)
 
 
-def labels(data: Subset) -> Tensor:
-    """Class indices of a subset."""
-    base = torch.as_tensor(data.dataset.targets)
-    return base[torch.as_tensor(data.indices)]
+def labels(data: Dataset) -> Tensor:
+    """Class indices of a dataset or subset view."""
+    return dataset_targets(data)
 
 
 def knn_score(
-    fn: Callable[[Tensor], Tensor], train: Subset, test: Subset, norm: EvalTransform
+    fn: Callable[[Tensor], Tensor], train: Dataset, test: Dataset, norm: EvalTransform
 ) -> dict[str, float]:
     """Weighted kNN (k 50, T 0.2) top-1/top-5 of ``test`` against ``train`` on ``fn``."""
     bank = features(fn, train, norm)
@@ -96,7 +100,7 @@ def knn_score(
     return knn_evaluate(bank, labels(train), query, labels(test), 10, k=50, t=0.2)
 
 
-def backbone_score(net: nn.Module, train: Subset, test: Subset, norm: EvalTransform) -> dict:
+def backbone_score(net: nn.Module, train: Dataset, test: Dataset, norm: EvalTransform) -> dict:
     """:func:`knn_score` of a CoCa network's backbone feature, network in ``eval()``."""
     net.eval()
     return knn_score(net.forward_features, train, test, norm)
@@ -131,8 +135,11 @@ def reference_transform() -> T.Compose:
     )
 
 
-def train_reference(train: Subset, epochs: int, batch: int, seed: int) -> nn.Module:
-    """The reference code's training loop (module docstring) on ``train``."""
+def reference_steps(train: Dataset, batch: int, seed: int) -> Iterator[nn.Module]:
+    """The reference code's training loop (module docstring) on ``train``, one step per item.
+
+    Yields the network after every step, epoch after epoch, for ever: the caller stops it.
+    """
     torch.manual_seed(seed)
     net = create_model("coca", in_chans=3)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3, weight_decay=1e-6)
@@ -143,14 +150,65 @@ def train_reference(train: Subset, epochs: int, batch: int, seed: int) -> nn.Mod
         drop_last=True,
         generator=torch.Generator().manual_seed(seed),
     )
-    net.train()
-    for _ in range(epochs):
+    while True:
         for x1, x2 in loader:
+            net.train()
             loss = reference_ntxent(net(x1), net(x2), 0.2)
             opt.zero_grad()
             loss.backward()
             opt.step()
-    return net
+            yield net
+
+
+def train_reference(train: Subset, epochs: int, batch: int, seed: int) -> nn.Module:
+    """:func:`reference_steps` for ``epochs`` epochs."""
+    steps = max(1, epochs * (len(train) // batch))
+    return deque(islice(reference_steps(train, batch, seed), steps), maxlen=1)[0]
+
+
+def reference_for_minutes(
+    args: argparse.Namespace, seed: int
+) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """The reference loop on ``quick_cifar10``'s splits for ``args.minutes`` of wall clock.
+
+    The same splits and validation as ``selfcaps run coca --data cifar10``: all 45,000
+    images of the train split, validation kNN on the 5,000 carved images against the
+    run's 10,000-image bank (``monitor.bank_size``), every ``args.eval_every`` minutes;
+    the clock runs from the first step and includes the validations, as a selfcaps
+    run's ``elapsed_min`` and ``--max-time`` do. The test kNN (all 10,000 test images
+    against the 45,000 training images) scores the weights of the best validation,
+    as ``best.ckpt`` does.
+
+    Returns:
+        The curve (``minutes``, ``step``, validation ``top1`` / ``top5``) and the test
+        scores (``top1``, ``top5``, ``steps``, ``best_minutes``).
+    """
+    train = get_dataset("cifar10", root=args.data_root, split="train")
+    val = get_dataset("cifar10", root=args.data_root, split="val")
+    test = get_dataset("cifar10", root=args.data_root, split="test")
+    bank = seeded_subset(train, 10_000, seed)  # the run's monitor.bank_size bank
+    norm = EvalTransform(REFERENCE_MEAN, REFERENCE_STD)
+    curve: list[dict[str, float]] = []
+    best: dict[str, Any] = {"top1": -1.0}
+    t0 = time.monotonic()
+    next_eval = args.eval_every
+    net = create_model("coca", in_chans=3)
+    for step, net in enumerate(reference_steps(train, args.batch, seed), 1):
+        minutes = (time.monotonic() - t0) / 60
+        done = minutes >= args.minutes
+        if minutes >= next_eval or done:
+            score = backbone_score(net, bank, val, norm)
+            curve.append({"minutes": minutes, "step": step, **score})
+            print(f"  {minutes:6.1f} min, step {step}: val top-1 {score['top1']:.2f}", flush=True)
+            if score["top1"] > best["top1"]:
+                state = {k: v.clone() for k, v in net.state_dict().items()}
+                best = {"top1": score["top1"], "minutes": minutes, "state": state}
+            next_eval += args.eval_every
+        if done:
+            break
+    net.load_state_dict(best["state"])
+    final = backbone_score(net, train, test, norm)
+    return curve, {**final, "steps": step, "best_minutes": best["minutes"]}
 
 
 # ------------------------------------------------------------------------- selfcaps
@@ -216,6 +274,51 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace, train: Subset, test: 
     return {**backbone_score(net, train, test, norm), "train_s": train_s, "train_cpu_s": cpu_s}
 
 
+def time_to_accuracy(args: argparse.Namespace) -> None:
+    """``--minutes``: the reference loop's validation kNN against minutes, per seed."""
+    print(
+        f"CoCa reference-style loop on CIFAR-10 for {args.minutes} minutes, batch {args.batch}, "
+        f"validation every {args.eval_every} min; {torch.get_num_threads()} thread(s), "
+        f"load {load_average():.1f}"
+    )
+    results = []
+    for seed in args.seeds:
+        curve, final = reference_for_minutes(args, seed)
+        results.append({"seed": seed, "curve": curve, "test": final})
+        print(
+            f"  seed {seed}: test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} after "
+            f"{final['steps']} steps (best validation at {final['best_minutes']:.1f} min)",
+            flush=True,
+        )
+        if args.json:
+            args.json.write_text(json.dumps({"args": vars(args), "results": results}, default=str))
+    if args.figure:
+        plot_minutes(results, args.selfcaps_runs, args.figure)
+
+
+def plot_minutes(results: list[dict], runs: list[Path], out: Path) -> None:
+    """Validation kNN top-1 against wall-clock minutes: the reference loop and selfcaps runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
+    for r in results:
+        xs, ys = [c["minutes"] for c in r["curve"]], [c["top1"] for c in r["curve"]]
+        ax.plot(xs, ys, "o-", label=f"reference-style loop, seed {r['seed']}")
+    for run in runs:
+        with open(run / "metrics.csv", newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("elapsed_min") and r.get("val_knn_top1")]
+        xs, ys = [float(r["elapsed_min"]) for r in rows], [float(r["val_knn_top1"]) for r in rows]
+        ax.plot(xs, ys, "s-", label=f"selfcaps, {run.name}")
+    ax.set_xlabel("wall-clock minutes (validations included)")
+    ax.set_ylabel("validation kNN top-1 (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(out, dpi=120)
+
+
 def _norm() -> tuple[tuple[float, ...], tuple[float, ...]]:
     info = dataset_info("cifar10")
     return tuple(info.mean), tuple(info.std)
@@ -237,8 +340,26 @@ def main() -> None:
     p.add_argument("--test-images", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=Path, help="also write every result here")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        help="time to accuracy: train the reference loop this many wall-clock minutes on "
+        "quick_cifar10's splits instead of the arms (reference_for_minutes)",
+    )
+    p.add_argument("--eval-every", type=float, default=5.0, help="--minutes: validate every N")
+    p.add_argument("--figure", type=Path, help="--minutes: draw the curves here (PNG)")
+    p.add_argument(
+        "--selfcaps-runs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="--minutes: selfcaps run directories whose validation curves join the figure",
+    )
     args = p.parse_args()
     set_threads(args.threads)
+    if args.minutes is not None:
+        time_to_accuracy(args)
+        return
     train = stratified(
         get_dataset("cifar10", root=args.data_root, split="train_full"), args.train_images
     )

@@ -35,6 +35,7 @@ __all__ = [
     "TransformDataset",
     "buffered_order",
     "mix_seed",
+    "seeded_subset",
 ]
 
 
@@ -219,7 +220,7 @@ class SeededTransformDataset(TransformDataset):
             return self._item(index)
 
 
-def _subset(dataset: Dataset, n: int | None, seed: int) -> Dataset:
+def seeded_subset(dataset: Dataset, n: int | None, seed: int) -> Dataset:
     """A seeded random subset of ``n`` items (all of them when ``n`` is None or too big)."""
     size = len(dataset)  # type: ignore[arg-type]
     if n is None or n >= size:
@@ -281,7 +282,7 @@ class SelfcapsDataModule(L.LightningDataModule):
                 **extra,
             )
             if name == "train":
-                ds = _subset(ds, d.train_subset, self.cfg.seed)
+                ds = seeded_subset(ds, d.train_subset, self.cfg.seed)
             self._splits[name] = ds
         return self._splits[name]
 
@@ -332,7 +333,7 @@ class SelfcapsDataModule(L.LightningDataModule):
         """Deterministic loader of a split through the evaluation transform."""
         ds = self.split(split)
         if bank_size is not None:
-            ds = _subset(ds, bank_size, self.cfg.seed)
+            ds = seeded_subset(ds, bank_size, self.cfg.seed)
         return self._loader(
             TransformDataset(ds, self.eval_transform), False, self.cfg.data.eval_batch_size, False
         )
