@@ -1,9 +1,11 @@
-"""The EncapNet ablation report's per-arm table, on hand-made rows with hand-computed numbers."""
+"""Experiment reports (EncapNet ablation, MCAE mask ratios) on hand-made rows, hand-computed."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "encapnet_feedback_report.py"
+MASK_REPORT = SCRIPT.with_name("mcae_mask_ratio_report.py")
 
 
 def load_report():
@@ -31,3 +33,31 @@ def test_arm_table_pairs_each_arm_with_off_by_seed():
     assert by_arm["eps01"].endswith("| 41.00 | -3.00 (-3.00) |")
     assert by_arm["lambda1_beta99"].endswith("| 44.50 | -0.50 (-0.50) vs off_beta99 |")
     assert by_arm["off_beta99"].endswith("| 45.00 | - |")
+
+
+def _write_run(root: Path, name: str, probe: float, mse: float = 0.05, seconds: float = 300.0):
+    run = root / name
+    run.mkdir()
+    metrics = {"linear_top1_capsule_lf10": probe, "pretrain_val_mse": mse, "train_time_s": seconds}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_mask_ratio_table_pairs_each_ratio_with_the_untrained_seed(tmp_path):
+    spec = importlib.util.spec_from_file_location("mask_ratio_report", MASK_REPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _write_run(tmp_path, "untrained_s0", 30.0)
+    _write_run(tmp_path, "untrained_s1", 32.0)
+    _write_run(tmp_path, "mask0.5_s0", 31.0, mse=0.04, seconds=240.0)
+    _write_run(tmp_path, "mask0.5_s1", 35.0, mse=0.06, seconds=360.0)
+    _write_run(tmp_path, "mask0.75_s1", 31.5)
+    (tmp_path / "mask0.25_s0").mkdir()  # not finished: no metrics.json, no row
+    lines = module.ratio_table(tmp_path)
+    assert lines[0] == "untrained network: seed 0 30.00, seed 1 32.00"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[3:]}
+    assert set(rows) == {"0.5", "0.75"}
+    # 31, 35: mean 33, sd 2*sqrt(2) = 2.83; differences +1, +3: mean +2, sd sqrt(2),
+    # t(0.975, 1) = 12.706 -> +-12.706 * sqrt(2) / sqrt(2) = +-12.71
+    assert "| 31.00, 35.00 | 33.00 +- 2.83 | 0.0500 | +2.00 [-10.71, +14.71] |" in rows["0.5"]
+    assert rows["0.5"].endswith("| 5.0 |")
+    assert "| 31.50 | 31.50 +- 0.00 | 0.0500 | -0.50 | one seed |" in rows["0.75"]
