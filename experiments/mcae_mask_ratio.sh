@@ -21,7 +21,7 @@ common=(--data cifar10 --data-root "${DATA_ROOT:-./data}" --threads 1 --no-progr
         data.train_subset=null eval.label_fraction=0.1 eval.finetune_epochs=1)
 probe() {  # RUN_DIR: the linear probe on the frozen capsules, once
   grep -q '"linear_top1_capsule_lf10"' "$1/metrics.json" || python -m selfcaps eval "$1" \
-    --protocol linear --label-fraction 0.1 --feature capsule --threads 1
+    --protocol linear --label-fraction 0.1 --feature capsule --threads 1 --no-progress
 }
 for s in $seeds; do  # seeds outermost: a sweep cut short still pairs every ratio it reached
   run="$out/untrained_s$s"

@@ -79,6 +79,16 @@ def test_eval_command_adds_protocol_metrics(run_dir):
     assert "knn_top1_backbone" in m  # earlier metrics are kept
 
 
+def test_eval_no_progress_keeps_stderr_quiet_and_the_result(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--protocol", "knn"]) == 0
+    loud = capsys.readouterr()
+    assert "features of" in loud.err  # the bars of the feature passes, by default
+    assert main(["eval", str(run_dir), "--protocol", "knn", "--no-progress"]) == 0
+    quiet = capsys.readouterr()
+    assert "features of" not in quiet.err and "[" not in quiet.err
+    assert quiet.out == loud.out  # the same printed metrics
+
+
 def test_eval_knn_with_the_whole_training_split_as_bank(run_dir):
     before = json.loads((run_dir / "metrics.json").read_text())
     assert main(["eval", str(run_dir), "--protocol", "knn", "--bank", "train_full"]) == 0

@@ -97,6 +97,11 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="torch intra-op threads (default: the run's trainer.threads, else torch's default)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars or timing notes on stderr (for logs of sweeps)",
+    )
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
@@ -166,7 +171,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
     from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
+    from selfcaps.eval.progress import set_progress
 
+    set_progress(not args.no_progress)
     if threads is not None:
         torch.set_num_threads(int(threads))
 
