@@ -2,7 +2,7 @@
 
 ``eval`` reloads a finished (or pretrained) run, rebuilds its data, and runs an
 evaluation protocol on its best checkpoint; results are printed and merged
-into the run's ``metrics.json`` (atomically) under keys prefixed by the
+into the run's ``metrics.json`` (atomically, under a lock) under keys prefixed by the
 protocol, e.g. ``linear_top1_backbone``.
 
 Label efficiency (every method): ``--label-fraction F`` or ``--labels-per-class N``
@@ -22,7 +22,6 @@ A method that finetunes its own classifier (MCAE's class capsules) does so for
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -38,7 +37,7 @@ from selfcaps.cli.run import resolve_data_root
 from selfcaps.config_checks.labels import check_label_request
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.atomic import atomic_write_json
+from selfcaps.methods.atomic import update_json
 
 __all__ = ["PROTOCOLS", "add_eval_arguments", "add_profile_arguments", "cmd_eval", "cmd_profile"]
 
@@ -195,10 +194,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tag = ("" if args.bank == "train" else f"_{args.bank}") + (f"_ft{epochs}" if retrained else "")
     tag += "" if scale is None else f"_plr{scale:g}"
     metrics = {f"{k}{tag}": v for k, v in metrics.items()}
-    path = args.run_dir / "metrics.json"
-    merged = json.loads(path.read_text()) if path.is_file() else {}
-    merged.update(metrics)
-    atomic_write_json(path, merged)
+    update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
     width = max(len(k) for k in metrics)
     print(f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})")
     for k, v in metrics.items():

@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "atomic_write_yaml",
     "check_writable",
     "current_umask",
+    "update_json",
 ]
 
 
@@ -119,3 +121,46 @@ def atomic_write_json(path: Path | str, obj: Any) -> None:
 def atomic_write_yaml(path: Path | str, obj: Any) -> None:
     """Write YAML atomically (``yaml.safe_dump``: plain data only)."""
     atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` (no lock file is left behind).
+
+    Where ``fcntl`` does not exist (Windows) this is a no-op: concurrent writers there can
+    still lose one another's keys, never the file.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def update_json(path: Path | str, updates: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``updates`` into the JSON object at ``path`` (created if absent), atomically.
+
+    The read-modify-write holds a lock on the file's directory, so two ``selfcaps eval``
+    processes finishing together on one run both keep their keys; the write itself is
+    :func:`atomic_write_json`.
+
+    Returns:
+        The merged object as written.
+
+    Raises:
+        ValueError: the file exists but does not hold a JSON object (path named).
+    """
+    path = Path(path)
+    with _directory_lock(path.parent):
+        merged: Any = json.loads(path.read_text()) if path.is_file() else {}
+        if not isinstance(merged, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(merged).__name__}")
+        merged.update(updates)
+        atomic_write_json(path, merged)
+    return merged
