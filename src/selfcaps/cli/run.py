@@ -333,7 +333,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
     else:  # no training phase (e.g. MCAE's no-pretraining baseline): keep the initial weights
         _save_initial_checkpoint(method, last)
-    train_time = time.perf_counter() - t0
+    train_time = time.perf_counter() - t0 + _seconds_before_resume(trainer)
     if not trainer.is_global_zero:
         return 0
     best = out / "checkpoints" / "best.ckpt"
@@ -390,6 +390,19 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     if (line := method.summary_line(metrics)) is not None:
         print(line)
     return 0
+
+
+def _seconds_before_resume(trainer: Any) -> float:
+    """Training seconds of the processes before a resumed one, from ``last.ckpt`` (0: fresh).
+
+    ``train_time_s`` (and ``train_images_per_s``, whose step count covers every process)
+    then measure the whole run, not its last leg. Time between the checkpoint and a crash
+    is not counted: those steps are trained again.
+    """
+    from selfcaps.methods.engine import LastCheckpoint
+
+    cb = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    return 0.0 if cb is None else float(cb.seconds_before)
 
 
 def _budget_metrics(trainer: Any, cfg: DictConfig) -> dict[str, Any]:

@@ -172,16 +172,27 @@ class LastCheckpoint(Callback):
         #: :func:`resume_position` of the last ``last.ckpt`` written (or resumed from).
         self.position: tuple[int, int] = (0, 0)
         self._t0 = time.monotonic()
+        #: Seconds of training by earlier processes (from the checkpoint resumed; 0 if none).
+        self.seconds_before = 0.0
         self._sums_to_restore: dict[str, list[Tensor]] = {}
 
     def state_dict(self) -> dict[str, Any]:
-        """The stop reason, so that a resumed run that trains no further still reports it."""
-        return {"stopped_by": self.stopped_by, "position": list(self.position)}
+        """What a resume needs: stop reason, position, seconds trained over every process.
+
+        The stop reason lets a resumed run that trains no further still report it; the
+        seconds become the resumed run's ``train_time_s`` base.
+        """
+        return {
+            "stopped_by": self.stopped_by,
+            "position": list(self.position),
+            "train_seconds": self.seconds_before + time.monotonic() - self._t0,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (a checkpoint without ``train_seconds``: 0 before)."""
         self.stopped_by = state_dict.get("stopped_by")
         self.position = tuple(state_dict.get("position", self.position))  # type: ignore[assignment]
+        self.seconds_before = float(state_dict.get("train_seconds", 0.0))
 
     def _save(self, trainer: L.Trainer) -> None:
         self.position = resume_position(trainer)
