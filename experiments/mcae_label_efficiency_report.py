@@ -29,12 +29,12 @@ def main() -> None:
     p.add_argument("--finetune-epochs", type=int, help="the FINETUNE_EPOCHS of the script")
     args = p.parse_args()
     sfx = label_suffix(args.fraction)
-    (pre_dir,) = sorted(args.out.glob("pretrained_s*"))
+    (pre_dir,) = sorted(d for d in args.out.glob("pretrained_s*") if d.is_dir())
     pre = _load(pre_dir)
     pre_seed = int(pre_dir.name.rsplit("_s", 1)[1])
     rows = []
     ft = "" if args.finetune_epochs is None else f"_ft{args.finetune_epochs}"
-    for scratch_dir in sorted(args.out.glob(f"scratch{ft}_s*")):
+    for scratch_dir in sorted(d for d in args.out.glob(f"scratch{ft}_s*") if d.is_dir()):
         seed = int(scratch_dir.name.rsplit("_s", 1)[1])
         key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}") + ft
         if key not in pre or not (scratch_dir / "metrics.json").is_file():

@@ -61,3 +61,29 @@ def test_mask_ratio_table_pairs_each_ratio_with_the_untrained_seed(tmp_path):
     assert "| 31.00, 35.00 | 33.00 +- 2.83 | 0.0500 | +2.00 [-10.71, +14.71] |" in rows["0.5"]
     assert rows["0.5"].endswith("| 5.0 |")
     assert "| 31.50 | 31.50 +- 0.00 | 0.0500 | -0.50 | one seed |" in rows["0.75"]
+
+
+def test_label_efficiency_table_pairs_subsets_and_ignores_log_files(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "label_report", SCRIPT.with_name("mcae_label_efficiency_report.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pre = {"pretrain_epochs": 20, "pretrain_val_mse": 0.015, "train_time_s": 600.0}
+    pre |= {"finetune_top1_lf1_ft100": 29.0, "finetune_top1_lf1_ls1_ft100": 28.0}
+    (tmp_path / "pretrained_s0").mkdir()
+    (tmp_path / "pretrained_s0" / "metrics.json").write_text(json.dumps(pre))
+    for seed, top1 in ((0, 33.0), (1, 32.0)):
+        run = tmp_path / f"scratch_ft100_s{seed}"
+        run.mkdir()
+        metrics = {"finetune_top1_lf1": top1, "finetune_time_s_lf1": 360.0}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+        (tmp_path / f"scratch_ft100_s{seed}.log").write_text("a run's console log\n")
+    (tmp_path / "pretrained_s0.log").write_text("")
+    argv = ["report", str(tmp_path), "--fraction", "0.01", "--finetune-epochs", "100"]
+    monkeypatch.setattr("sys.argv", argv)
+    module.main()
+    out = capsys.readouterr().out
+    assert "| 0 | 29.00 | 33.00 | -4.00 |" in out and "| 1 | 28.00 | 32.00 | -4.00 |" in out
+    # differences -4, -4: sd 0, so the interval is the point
+    assert "| 28.50 +- 0.71 | 32.50 +- 0.71 | -4.00 [-4.00, -4.00] |" in out
