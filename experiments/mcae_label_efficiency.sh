@@ -14,7 +14,11 @@
 # the pretrained arm's seeds share one pretraining, so the spread is that of finetuning and of
 # the subset, not of pretraining. With FINETUNE_EPOCHS=N the pretrained weights are finetuned
 # again for N epochs by `selfcaps eval --finetune-epochs N` (keys `..._ftN`) and the scratch runs
-# go to scratch_ftN_s<S>. Report: experiments/mcae_label_efficiency_report.py OUT_DIR
+# go to scratch_ftN_s<S>.
+# FRACTION=1 is the paper's protocol (every label): the pretrained weights are finetuned again
+# with `selfcaps eval --seed S` (another batch order and augmentation, keys `..._seed<S>`), and
+# the scratch runs finetune on all 45,000 labelled images.
+# Report: experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction F]
 set -euo pipefail
 out=$1
 epochs=${PRETRAIN_EPOCHS:-20}
@@ -23,7 +27,15 @@ seeds=${SEEDS:-0 1 2}
 pre_seed=${PRETRAIN_SEED:-0}
 ft=${FINETUNE_EPOCHS:-}
 common=(--data cifar10 --data-root "${DATA_ROOT:-./data}" --threads 1 --no-progress
-        data.train_subset=null "eval.label_fraction=$fraction")
+        data.train_subset=null)
+labels=(--label-fraction "$fraction")
+draw=(--label-seed)
+if [ "$fraction" = 1 ]; then
+  labels=()
+  draw=(--seed)
+else
+  common+=("eval.label_fraction=$fraction")
+fi
 pre="$out/pretrained_s$pre_seed"
 [ -f "$pre/metrics.json" ] || python -m selfcaps run mcae --out "$pre" --seed "$pre_seed" \
   --pretrain-epochs "$epochs" "${common[@]}"
@@ -35,8 +47,8 @@ for s in $seeds; do
     ft_args=(--finetune-epochs "$ft")
   fi
   if [ "$s" != "$pre_seed" ] || [ -n "$ft" ]; then
-    python -m selfcaps eval "$pre" --protocol finetune --label-fraction "$fraction" \
-      --label-seed "$s" "${ft_args[@]}"
+    python -m selfcaps eval "$pre" --protocol finetune "${labels[@]}" "${draw[@]}" "$s" \
+      "${ft_args[@]}" --threads 1 --no-progress
   fi
   [ -f "$scratch/metrics.json" ] || python -m selfcaps run mcae --out "$scratch" \
     --seed "$s" --pretrain-epochs 0 "${ft_args[@]}" "${common[@]}"

@@ -28,7 +28,9 @@ def main() -> None:
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--finetune-epochs", type=int, help="the FINETUNE_EPOCHS of the script")
     args = p.parse_args()
-    sfx = label_suffix(args.fraction)
+    every = args.fraction == 1  # the paper's protocol: other finetuning seeds, not subsets
+    sfx = "" if every else label_suffix(args.fraction)
+    other = "_seed" if every else "_ls"
     (pre_dir,) = sorted(d for d in args.out.glob("pretrained_s*") if d.is_dir())
     pre = _load(pre_dir)
     pre_seed = int(pre_dir.name.rsplit("_s", 1)[1])
@@ -36,7 +38,9 @@ def main() -> None:
     ft = "" if args.finetune_epochs is None else f"_ft{args.finetune_epochs}"
     for scratch_dir in sorted(d for d in args.out.glob(f"scratch{ft}_s*") if d.is_dir()):
         seed = int(scratch_dir.name.rsplit("_s", 1)[1])
-        key = f"finetune_top1{sfx}" + ("" if seed == pre_seed else f"_ls{seed}") + ft
+        # keys: finetune_top1_lf10_ls1_ft20 (a subset), finetune_top1_ft20_seed1 (a finetuning)
+        draw = "" if seed == pre_seed else f"{other}{seed}"
+        key = f"finetune_top1{sfx}" + (ft + draw if every else draw + ft)
         if key not in pre or not (scratch_dir / "metrics.json").is_file():
             continue  # not finished (yet)
         scratch = _load(scratch_dir)
@@ -46,7 +50,11 @@ def main() -> None:
         f"pretraining: {pre_dir.name}, {pre['pretrain_epochs']} epochs, "
         f"val MSE {pre['pretrain_val_mse']:.4f}, {minutes:.1f} min of pretraining"
     )
-    print(f"\n| seed (subset) | pretrained {sfx[1:]} | scratch {sfx[1:]} | difference |")
+    name = "all labels" if every else sfx[1:]
+    print(
+        f"\n| seed ({'finetuning' if every else 'subset'}) | pretrained {name} | scratch {name} "
+        "| difference |"
+    )
     print("|---|---|---|---|")
     for seed, a, b, _ in rows:
         print(f"| {seed} | {a:.2f} | {b:.2f} | {a - b:+.2f} |")

@@ -87,3 +87,30 @@ def test_label_efficiency_table_pairs_subsets_and_ignores_log_files(tmp_path, mo
     assert "| 0 | 29.00 | 33.00 | -4.00 |" in out and "| 1 | 28.00 | 32.00 | -4.00 |" in out
     # differences -4, -4: sd 0, so the interval is the point
     assert "| 28.50 +- 0.71 | 32.50 +- 0.71 | -4.00 [-4.00, -4.00] |" in out
+
+
+def test_label_efficiency_table_with_every_label_pairs_finetuning_seeds(
+    tmp_path, monkeypatch, capsys
+):
+    """FRACTION=1 (the paper's protocol): the pretrained arm's other rows are `eval --seed`
+    keys (``finetune_top1_seed1``), the scratch runs' key is ``finetune_top1``."""
+    spec = importlib.util.spec_from_file_location(
+        "label_report_all", SCRIPT.with_name("mcae_label_efficiency_report.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pre = {"pretrain_epochs": 20, "pretrain_val_mse": 0.015, "train_time_s": 600.0}
+    pre |= {"finetune_epochs": 8, "finetune_top1": 60.0, "finetune_top1_seed1": 62.0}
+    (tmp_path / "pretrained_s0").mkdir()
+    (tmp_path / "pretrained_s0" / "metrics.json").write_text(json.dumps(pre))
+    for seed, top1 in ((0, 58.0), (1, 61.0), (2, 57.0)):  # seed 2 has no pretrained row yet
+        run = tmp_path / f"scratch_s{seed}"
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({"finetune_top1": top1}))
+    monkeypatch.setattr("sys.argv", ["report", str(tmp_path), "--fraction", "1"])
+    module.main()
+    out = capsys.readouterr().out
+    assert "| 0 | 60.00 | 58.00 | +2.00 |" in out and "| 1 | 62.00 | 61.00 | +1.00 |" in out
+    assert "| 2 |" not in out
+    # differences 2, 1: mean 1.5, sd 0.7071; t(0.975, 1) = 12.706 -> 1.5 +- 6.35
+    assert "| 61.00 +- 1.41 | 59.50 +- 2.12 | +1.50 [-4.85, +7.85] |" in out

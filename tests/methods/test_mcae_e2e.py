@@ -220,3 +220,39 @@ def test_eval_threads_flag_sets_torch_threads_and_rejects_zero(tmp_path, run_dir
     finally:
         torch.set_num_threads(before)
     assert main(["eval", str(out), "--protocol", "knn", "--threads", "0"]) == 2
+
+
+def test_eval_seed_changes_the_finetuning_and_keeps_the_runs_images(tmp_path, run_dir):
+    """`selfcaps eval --seed S`: another finetuning draw (order, augmentation) of the same
+    pretrained weights on the run's own training subset (``data.train_subset`` is drawn with
+    the run's seed, not S); keys end in ``_seedS``; the probes, which have no randomness,
+    refuse the flag."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    run_seed = int(cfg.seed)
+    state = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")["state_dict"]
+
+    def finetuned(seed):
+        c = cfg.copy()
+        c.seed = seed
+        method = MCAE(c)
+        method.load_state_dict(state)
+        dm = SelfcapsDataModule(c, *method.build_transforms(), subset_seed=run_seed)
+        dm.setup("fit")
+        net, _ = method.finetune_classifier(dm)
+        return dm.split("train").indices, net.state_dict()["class_caps.weight_route"]
+
+    own = SelfcapsDataModule(cfg, *MCAE(cfg).build_transforms()).split("train").indices
+    images_a, w_a = finetuned(run_seed + 1)
+    _, w_b = finetuned(run_seed + 1)
+    images_c, w_c = finetuned(run_seed + 2)
+    assert images_a == images_c == own and len(own) == 64  # the run's 64 images every time
+    assert torch.equal(w_a, w_b)  # one seed, one result
+    assert not torch.equal(w_a, w_c)  # another seed, another draw
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    assert main(["eval", str(out), "--protocol", "finetune", "--seed", str(run_seed + 1)]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    before = json.loads((run_dir / "metrics.json").read_text())
+    assert 0 <= m[f"finetune_top1_seed{run_seed + 1}"] <= 100
+    assert m["finetune_top1"] == before["finetune_top1"]  # the run's own result is kept
+    assert main(["eval", str(out), "--protocol", "knn", "--seed", "3"]) == 2

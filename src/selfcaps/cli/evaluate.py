@@ -14,7 +14,10 @@ the subset's name, e.g. ``finetune_top1_backbone_lf10`` for 10% of the labels, a
 (several subsets of one run keep every result). ``--finetune-epochs N`` finetunes for
 another number of epochs than the run's; the keys then end in ``_ftN``.
 ``--pretrained-lr-scale S`` (MCAE) finetunes the pretrained layers at S times the
-finetuning rate; the keys then end in ``_plrS``.
+finetuning rate; the keys then end in ``_plrS``. ``--seed S`` repeats a protocol with
+other randomness (initialisation of what it trains, batch order, augmentation) on the
+same images and labelled subset (``finetune`` only: the kNN, linear and SVM probes
+have no randomness); the keys then end in ``_seedS``.
 A method that finetunes its own classifier (MCAE's class capsules) does so for
 ``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
 """
@@ -91,6 +94,13 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "--label-seed", type=int, help="seed of the labelled subset (default: the run's seed)"
     )
     p.add_argument(
+        "--seed",
+        type=int,
+        help="--protocol finetune: seed of the finetuning's randomness (new layers' "
+        "initialisation, batch order, augmentation; default: the run's seed); the run's images "
+        "and labelled subset stay the run's; keys end in _seedS",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         metavar="N",
@@ -140,6 +150,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"--finetune-epochs: expected >= 1 with --protocol finetune, got {epochs} with "
             f"--protocol {args.protocol}"
         )
+    if args.seed is not None and args.protocol != "finetune":
+        raise ConfigError(
+            f"--seed applies to --protocol finetune (the knn, linear and svm probes have no "
+            f"randomness), got --protocol {args.protocol}"
+        )
     retrained = epochs is not None and epochs != int(cfg.eval.finetune_epochs)
     if retrained:
         cfg.eval.finetune_epochs = epochs
@@ -176,11 +191,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(int(threads))
 
-    method, dm = load_run(args, cfg, source)
+    run_seed = int(cfg.seed)
+    reseeded = args.seed is not None and args.seed != run_seed
+    if reseeded:  # the evaluation's randomness; the run's images stay (subset_seed)
+        cfg.seed = args.seed
+    method, dm = load_run(args, cfg, source, subset_seed=run_seed)
     kind = feature_kind(method, args.feature)
     labels = None
     if wants_labels:  # default seed: the run's
-        run_seed = int(method.cfg.seed)
         seed = run_seed if args.label_seed is None else args.label_seed
         labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
     own = args.feature is None and hasattr(method, "finetune_classifier")
@@ -193,6 +211,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Another bank or finetuning length than the run's: keys of their own, the run's kept.
     tag = ("" if args.bank == "train" else f"_{args.bank}") + (f"_ft{epochs}" if retrained else "")
     tag += "" if scale is None else f"_plr{scale:g}"
+    tag += f"_seed{args.seed}" if reseeded else ""
     metrics = {f"{k}{tag}": v for k, v in metrics.items()}
     update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
     width = max(len(k) for k in metrics)

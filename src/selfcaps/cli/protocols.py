@@ -21,7 +21,7 @@ __all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
 
 
 def load_run(
-    args: argparse.Namespace, cfg: DictConfig, root_source: str
+    args: argparse.Namespace, cfg: DictConfig, root_source: str, subset_seed: int | None = None
 ) -> tuple[CapsuleMethod, SelfcapsDataModule]:
     """The method of a run directory with its checkpoint loaded, in eval mode, and its data.
 
@@ -30,13 +30,18 @@ def load_run(
         cfg: The run's configuration with ``data.root`` resolved
             (:func:`~selfcaps.cli.evaluate.run_config`).
         root_source: Where ``data.root`` came from, for error messages.
+        subset_seed: The run's seed when ``cfg.seed`` was changed for the evaluation
+            (``--seed``): the training subset stays the run's.
     """
     method = get_method(cfg.method)(cfg)
     ckpt = load_checkpoint(args.run_dir / "checkpoints" / f"{args.checkpoint}.ckpt")
     method.load_state_dict(ckpt["state_dict"])
     method.eval()
     train_tf, eval_tf = method.build_transforms()
-    return method, SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=root_source)
+    dm = SelfcapsDataModule(
+        method.cfg, train_tf, eval_tf, root_source=root_source, subset_seed=subset_seed
+    )
+    return method, dm
 
 
 def feature_kind(method: CapsuleMethod, requested: str | None) -> str:

@@ -246,6 +246,9 @@ class SelfcapsDataModule(L.LightningDataModule):
         train_transform: Random training transform (may return a list of views).
         eval_transform: Deterministic evaluation transform.
         root_source: Where ``cfg.data.root`` came from (``--data-root``, ...), for error messages.
+        subset_seed: Seed of the images drawn by ``data.train_subset`` and by bank subsets
+            (default: ``cfg.seed``). ``selfcaps eval --seed`` sets ``cfg.seed`` to change the
+            evaluation's batch order and augmentation and keeps the run's images with this.
     """
 
     def __init__(
@@ -254,9 +257,11 @@ class SelfcapsDataModule(L.LightningDataModule):
         train_transform: Callable[[Any], Any],
         eval_transform: Callable[[Any], Any],
         root_source: str | None = None,
+        subset_seed: int | None = None,
     ) -> None:
         super().__init__()
         self.cfg, self.root_source = cfg, root_source
+        self.subset_seed = int(cfg.seed) if subset_seed is None else int(subset_seed)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self._splits: dict[str, Dataset] = {}
         self._resume: tuple[int, int] | None = None
@@ -282,7 +287,7 @@ class SelfcapsDataModule(L.LightningDataModule):
                 **extra,
             )
             if name == "train":
-                ds = seeded_subset(ds, d.train_subset, self.cfg.seed)
+                ds = seeded_subset(ds, d.train_subset, self.subset_seed)
             self._splits[name] = ds
         return self._splits[name]
 
@@ -333,7 +338,7 @@ class SelfcapsDataModule(L.LightningDataModule):
         """Deterministic loader of a split through the evaluation transform."""
         ds = self.split(split)
         if bank_size is not None:
-            ds = seeded_subset(ds, bank_size, self.cfg.seed)
+            ds = seeded_subset(ds, bank_size, self.subset_seed)
         return self._loader(
             TransformDataset(ds, self.eval_transform), False, self.cfg.data.eval_batch_size, False
         )
