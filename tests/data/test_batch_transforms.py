@@ -12,6 +12,7 @@ from selfcaps.data.batch_transforms import (
     adjust_hue,
     gaussian_blur,
     resized_crop,
+    rotate,
 )
 
 CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
@@ -67,6 +68,8 @@ def _reference_view(t, image, p, i):
     x = TF.resized_crop(x, *box, size=list(r.size), antialias=True)
     if p.flip[i]:
         x = TF.horizontal_flip(x)
+    if p.angle is not None:
+        x = TF.rotate(x, float(p.angle[i]), interpolation=v2.InterpolationMode.BILINEAR, fill=0)
     if p.jitter[i]:
         factors = (p.brightness, p.contrast, p.saturation, p.hue)
         for k in p.order[i].tolist():
@@ -199,6 +202,59 @@ def test_whole_pipeline_equals_per_image_torchvision_ops(c):
     for view, p in zip(views, params):
         assert bool(p.jitter.any()) and bool(p.blur.any())
         _assert_close(view, _reference(t, x, p), 2e-5)
+
+
+@pytest.mark.parametrize(("height", "width"), [(28, 28), (20, 36)])
+def test_rotate_equals_torchvision_rotate(height, width):
+    """Bilinear, black fill, about the centre; non-square images rotate rigidly."""
+    x = TF.to_dtype(_smooth_images(6, 3, seed=3), torch.float32, scale=True)
+    x = torch.nn.functional.interpolate(x, size=(height, width), mode="bilinear")
+    angle = torch.tensor([-180.0, -37.5, -1.0, 0.0, 15.0, 90.0])
+    bilinear = v2.InterpolationMode.BILINEAR
+    ref = torch.stack([TF.rotate(x[i], float(a), bilinear, fill=0) for i, a in enumerate(angle)])
+    _assert_close(rotate(x, angle), ref, 2e-5)
+    _assert_close(rotate(x, torch.zeros(6)), x, 1e-5)  # no angle: the image, borders included
+
+
+@pytest.mark.parametrize("c", [1, 3])
+def test_pipeline_with_rotation_equals_per_image_torchvision_ops(c):
+    t = BatchSimCLRTransform(input_size=28, channels=c, degrees=20.0)
+    assert t.recipe.degrees == 20.0
+    t.chunk_size = 5
+    x = _smooth_images(12, c, size=28, seed=2)
+    views = t(x, torch.Generator().manual_seed(3))
+    params = t.sample_params(12, 28, 28, torch.Generator().manual_seed(3))
+    for view, p in zip(views, params):
+        assert p.angle is not None and float(p.angle.abs().min()) > 0
+        _assert_close(view, _reference(t, x, p), 2e-5)
+
+
+def test_rotation_angles_are_uniform_and_leave_the_other_draws_alone():
+    n = 20000
+    plain = BatchSimCLRTransform(input_size=32)
+    turned = BatchSimCLRTransform(input_size=32, degrees=10.0)
+    a = plain.sample_params(n, 32, 32, torch.Generator().manual_seed(4))
+    b = turned.sample_params(n, 32, 32, torch.Generator().manual_seed(4))
+    for pa, pb in zip(a, b):
+        assert pa.angle is None
+        for name in SimCLRParams._fields[:-1]:
+            assert torch.equal(getattr(pa, name), getattr(pb, name)), name
+        angle = pb.angle.double()
+        assert float(angle.min()) >= -10.0 and float(angle.max()) <= 10.0
+        assert abs(angle.mean().item()) < 0.15  # std of the mean: 10 / sqrt(3 n) = 0.04
+        assert abs(angle.abs().mean().item() - 5.0) < 0.15
+    assert not torch.equal(b[0].angle, b[1].angle)  # each view its own angle
+
+
+def test_rotation_settings_it_cannot_vectorise_or_accept():
+    t = BatchSimCLRTransform()
+    t.transforms[0].transforms.insert(2, v2.RandomRotation(10, expand=True))
+    with pytest.raises(TypeError, match="cannot vectorise"):
+        t(_images(2))
+    with pytest.raises(ValueError, match="degrees"):
+        SimCLRTransform(degrees=-5.0)
+    per_image = SimCLRTransform(input_size=28, channels=1, degrees=15.0)
+    assert any(isinstance(s, v2.RandomRotation) for s in per_image.transforms[0].transforms)
 
 
 # --- parameter distributions -------------------------------------------------------------

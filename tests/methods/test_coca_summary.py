@@ -1,4 +1,4 @@
-"""CoCa's console summary sentence and the training budgets of its presets."""
+"""CoCa's console summary sentence, its presets' budgets and augmentation options."""
 
 import pytest
 
@@ -34,3 +34,18 @@ def test_budgeted_presets_train_for_epochs_not_minutes(preset):
 def test_time_named_preset_stops_on_the_clock():
     cfg = load_config("coca", "cifar10_1h")
     assert cfg.trainer.max_time == 60 and cfg.data.name == "cifar10"
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_rotation_option_reaches_both_augmentation_paths(batched):
+    overrides = [("augment.degrees", 15.0), ("augment.batched", batched)]
+    train, _ = get_method("coca")(load_config("coca", "quick", overrides)).build_transforms()
+    steps = [s for s in train.transforms[0].transforms if type(s).__name__ == "RandomRotation"]
+    assert [tuple(s.degrees) for s in steps] == [(-15.0, 15.0)]
+    if batched:
+        assert train.recipe.degrees == 15.0
+
+
+def test_presets_do_not_rotate():
+    for preset in ("quick", "quick_cifar10", "paper", "cifar10_1h"):
+        assert load_config("coca", preset).augment.degrees == 0.0

@@ -10,7 +10,7 @@ with per-sample random parameters drawn from a ``torch.Generator``.
 
 Every step reproduces torchvision's functional op on float images (the tests
 compare whole views, image by image, with ``F.resized_crop``, ``F.horizontal_flip``,
-``F.adjust_*``, ``F.rgb_to_grayscale``, ``F.gaussian_blur`` and ``F.normalize``
+``F.rotate``, ``F.adjust_*``, ``F.rgb_to_grayscale``, ``F.gaussian_blur`` and ``F.normalize``
 applied in the sampled order with the sampled factors; they agree to ~1e-6).
 Against the per-image uint8 pipeline the differences are:
 
@@ -18,7 +18,8 @@ Against the per-image uint8 pipeline the differences are:
   ``ColorJitter``'s random order of the four adjustments (drawn per sample) and
   ``RandomResizedCrop``'s sampler (10 candidate boxes per image, the first
   valid one, else torchvision's central fallback crop), but are drawn
-  differently (one ``torch.rand`` per call), so a seed gives other views than
+  differently (one ``torch.rand`` per call, and a second one for the rotation angles
+  when the recipe rotates), so a seed gives other views than
   ``SimCLRTransform`` under the same seed.
 * **No uint8 rounding between steps.** ``SimCLRTransform`` crops, jitters,
   grays and blurs uint8 images, rounding (crop, blur) or truncating (jitter,
@@ -72,6 +73,7 @@ __all__ = [
     "adjust_hue",
     "gaussian_blur",
     "resized_crop",
+    "rotate",
 ]
 
 #: torchvision's luma weights (``rgb_to_grayscale``).
@@ -96,6 +98,49 @@ def _is_bilinear(mode: Any) -> bool:
 
 
 _HSV_OFFSETS = torch.tensor([5.0, 3.0, 1.0]).view(1, 3, 1, 1)
+
+
+def _is_plain_rotation(step: v2.RandomRotation) -> bool:
+    """A symmetric bilinear rotation about the centre, same size, black fill."""
+    lo, hi = step.degrees
+    fill = step.fill if not isinstance(step.fill, dict) else None
+    return (
+        lo == -hi
+        and _is_bilinear(step.interpolation)
+        and not step.expand
+        and step.center is None
+        and fill in (0, 0.0, None)
+    )
+
+
+def rotate(images: Tensor, angle: Tensor) -> Tensor:
+    """Each image rotated by its own ``angle`` (degrees, counter-clockwise) about its centre.
+
+    ``torchvision.transforms.v2.functional.rotate`` with bilinear interpolation and black
+    fill, for a batch: the inverse rotation samples the source with ``grid_sample``
+    (``align_corners=False``, pixel units so that non-square images rotate rigidly), and,
+    as torchvision's fill does, the result is multiplied by the sampled coverage of the
+    image (a bilinearly rotated field of ones), so border pixels fade to the fill.
+
+    Args:
+        images: Float ``(B, C, H, W)``.
+        angle: ``(B,)`` angles in degrees.
+
+    Returns:
+        ``(B, C, H, W)``.
+    """
+    b, _, h, w = images.shape
+    rad = torch.deg2rad(angle.to(images.dtype))
+    cos, sin = torch.cos(rad), torch.sin(rad)
+    theta = torch.zeros(b, 2, 3, dtype=images.dtype, device=images.device)
+    # output (x, y) in pixels from the centre -> source pixels: the inverse rotation; in
+    # grid_sample's normalised units x scales by 2 / w and y by 2 / h.
+    theta[:, 0, 0], theta[:, 0, 1] = cos, -sin * (h / w)
+    theta[:, 1, 0], theta[:, 1, 1] = sin * (w / h), cos
+    grid = F.affine_grid(theta, [b, 1, h, w], align_corners=False)
+    ones = torch.ones(b, 1, h, w, dtype=images.dtype, device=images.device)
+    both = F.grid_sample(torch.cat([images, ones], 1), grid, "bilinear", "zeros", False)
+    return both[:, :-1] * both[:, -1:]
 
 
 def _per_sample(values: Tensor, like: Tensor) -> Tensor:
@@ -305,7 +350,8 @@ class SimCLRParams(NamedTuple):
     (long); booleans ``flip``, ``jitter`` (colour jitter applied), ``gray``,
     ``blur``; jitter factors ``brightness``, ``contrast``, ``saturation``, ``hue``
     and blur ``sigma`` (float); ``order`` is ``(B, 4)``, indices into
-    :data:`JITTER_OPS` in the order they are applied.
+    :data:`JITTER_OPS` in the order they are applied; ``angle``: rotation in degrees,
+    counter-clockwise (``None`` when the recipe does not rotate).
     """
 
     top: Tensor
@@ -322,10 +368,11 @@ class SimCLRParams(NamedTuple):
     gray: Tensor
     blur: Tensor
     sigma: Tensor
+    angle: Tensor | None = None
 
     def to(self, device: torch.device | str) -> SimCLRParams:
         """The same parameters on ``device``."""
-        return SimCLRParams(*(t.to(device) for t in self))
+        return SimCLRParams(*(None if t is None else t.to(device) for t in self))
 
 
 @dataclass(frozen=True)
@@ -336,6 +383,7 @@ class SimCLRRecipe:
     scale: tuple[float, float]
     ratio: tuple[float, float]
     hf_prob: float = 0.0
+    degrees: float = 0.0
     cj_prob: float = 0.0
     jitter: tuple[tuple[float, float] | None, ...] = (None, None, None, None)
     gray_prob: float = 0.0
@@ -368,6 +416,8 @@ class SimCLRRecipe:
                 found["ratio"] = tuple(step.ratio)
             elif isinstance(step, v2.RandomHorizontalFlip):
                 found["hf_prob"] = step.p
+            elif isinstance(step, v2.RandomRotation) and _is_plain_rotation(step):
+                found["degrees"] = float(step.degrees[1])
             elif isinstance(inner, v2.ColorJitter) and len(step.transforms) == 1:
                 found["cj_prob"] = step.p
                 found["jitter"] = tuple(getattr(inner, op) for op in JITTER_OPS)
@@ -440,7 +490,7 @@ def _jitter_step(x: Tensor, op: Tensor, p: SimCLRParams, on: tuple[bool, ...]) -
 
 
 def _select(p: SimCLRParams, index: Tensor | slice) -> SimCLRParams:
-    return SimCLRParams(*(t[index] for t in p))
+    return SimCLRParams(*(None if t is None else t[index] for t in p))
 
 
 class BatchSimCLRTransform(SimCLRTransform):
@@ -489,6 +539,9 @@ class BatchSimCLRTransform(SimCLRTransform):
     ) -> list[SimCLRParams]:
         """Per-sample random parameters of every view (one ``torch.rand`` call).
 
+        A recipe that rotates draws its angles with a second call, after the first, so
+        that its other parameters are those of the same recipe without rotation.
+
         Args:
             batch_size: Number of images.
             height: Their height.
@@ -514,8 +567,12 @@ class BatchSimCLRTransform(SimCLRTransform):
         lo = torch.tensor([j[0] if j else 0.0 for j in r.jitter], device=dev)
         hi = torch.tensor([j[1] if j else 0.0 for j in r.jitter], device=dev)
         enabled = torch.tensor([j is not None for j in r.jitter], device=dev)
+        angles: list[Tensor | None] = [None] * len(self.transforms)
+        if r.degrees > 0:  # drawn after the others: recipes without rotation keep their views
+            a = torch.rand(batch_size, len(self.transforms), generator=generator, device=dev)
+            angles = list(((2.0 * a - 1.0) * r.degrees).unbind(dim=1))
         params = []
-        for u in draws.unbind(dim=1):
+        for u, angle in zip(draws.unbind(dim=1), angles, strict=True):
             top, left, h, w = _crop_boxes(u, height, width, r.scale, r.ratio)
             factors = torch.where(enabled, lo + (hi - lo) * u[:, _FACTORS], identity)
             params.append(
@@ -534,6 +591,7 @@ class BatchSimCLRTransform(SimCLRTransform):
                     gray=u[:, _GRAY] < r.gray_prob,
                     blur=u[:, _BLUR] < r.blur_prob,
                     sigma=r.sigmas[0] + (r.sigmas[1] - r.sigmas[0]) * u[:, _SIGMA],
+                    angle=angle,
                 )
             )
         return params
@@ -579,6 +637,8 @@ class BatchSimCLRTransform(SimCLRTransform):
         if not images.is_floating_point():
             x = x.mul_(1.0 / torch.iinfo(images.dtype).max)
         x = resized_crop(x, p.top, p.left, p.height, p.width, r.size, p.flip)
+        if p.angle is not None:
+            x = rotate(x, p.angle)
         for position in range(len(JITTER_OPS)):
             if on[0] or on[1] or on[2]:
                 x = _jitter_step(x, torch.where(p.jitter, p.order[:, position], -1), p, on)

@@ -75,7 +75,8 @@ class SimCLRTransform(MultiViewTransform):
     """Two independently augmented views per image (SimCLR, Chen et al. 2020).
 
     Each view: ``RandomResizedCrop(input_size, scale=(min_scale, 1))``,
-    ``RandomHorizontalFlip(hf_prob)``, ``RandomApply(ColorJitter(...), cj_prob)``,
+    ``RandomHorizontalFlip(hf_prob)``, optional ``RandomRotation(degrees)``,
+    ``RandomApply(ColorJitter(...), cj_prob)``,
     ``RandomGrayscale(gray_prob)``, optional ``GaussianBlur`` (``blur_prob``),
     ``ToDtype(float32, scale=True)``, optional ``Normalize``. Colour-jitter
     arguments follow lightly: each strength is ``cj_strength * cj_<x>`` (the
@@ -98,6 +99,9 @@ class SimCLRTransform(MultiViewTransform):
         blur_prob: Probability of Gaussian blur (kernel about 10% of ``input_size``).
         sigmas: Range of the blur's standard deviation.
         hf_prob: Probability of a horizontal flip.
+        degrees: Rotate every view by an angle drawn uniformly from ``[-degrees, degrees]``
+            (``RandomRotation``, bilinear, black corners) after the crop and flip; 0: no
+            rotation (SimCLR's recipe has none; an option for digits, whose slant varies).
         normalize: ``(mean, std)``, or ``None`` for no normalisation.
         channels: 3 (colour) or 1 (grayscale).
         n_views: Number of views.
@@ -126,9 +130,12 @@ class SimCLRTransform(MultiViewTransform):
         normalize: Normalization | None = None,
         channels: int = 3,
         n_views: int = 2,
+        degrees: float = 0.0,
     ) -> None:
         if channels not in (1, 3):
             raise ValueError(f"channels must be 1 or 3, got {channels}")
+        if not 0.0 <= degrees <= 180.0:
+            raise ValueError(f"degrees: expected an angle in [0, 180], got {degrees}")
         colour = channels == 3
         min_scale = min_scale if min_scale is not None else (0.08 if colour else 0.5)
         hf_prob = hf_prob if hf_prob is not None else (0.5 if colour else 0.0)
@@ -144,6 +151,9 @@ class SimCLRTransform(MultiViewTransform):
         ]
         if hf_prob > 0:
             steps.append(v2.RandomHorizontalFlip(hf_prob))
+        if degrees > 0:
+            bilinear = v2.InterpolationMode.BILINEAR
+            steps.append(v2.RandomRotation(degrees, interpolation=bilinear, fill=0))
         if cj_prob > 0:
             steps.append(v2.RandomApply([jitter], p=cj_prob))
         if colour and gray_prob > 0:

@@ -105,6 +105,7 @@ class CoCa(CapsuleMethod):
             input_size=self.info.image_size[0],
             min_scale=a.min_scale,
             blur_prob=a.blur_prob,
+            degrees=a.get("degrees", 0.0),
             channels=self.info.channels,
             normalize=(self.info.mean, self.info.std),
         )
