@@ -17,6 +17,7 @@ from tests.runs import assert_run_files
 TINY = [a for a in RUN_TINY if a != "eval.baselines=false"] + [
     "data.train_subset=128",
     "optim.scheduler=none",
+    "optim.warmup=0",
 ]
 
 
