@@ -48,6 +48,15 @@ def _git_commit() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
+def _run_commit(metrics: dict[str, Any]) -> str:
+    """The commit the run recorded (short, ``+dirty`` kept); the checkout's for older runs."""
+    commit = metrics.get("git_commit")
+    if not commit:
+        return _git_commit()
+    head, plus, rest = str(commit).partition("+")
+    return head[:7] + plus + rest
+
+
 def shrink_png(src: Path, max_side: int, max_kb: float) -> bytes:
     """Return ``src`` as PNG bytes no larger than ``max_kb`` kilobytes.
 
@@ -127,7 +136,7 @@ def collect(run_dir: Path, *, max_side: int, max_kb: float, command: str | None)
         "cores": os.cpu_count(),
         "threads": (config.get("trainer") or {}).get("threads"),
         "seed": config.get("seed"),
-        "git_commit": _git_commit(),
+        "git_commit": _run_commit(metrics),
         "torch_version": metrics.get("torch_version"),
         "metrics": summary,
         "figures": written,

@@ -60,6 +60,15 @@ def test_collect_writes_figures_and_provenance(tmp_path: Path, monkeypatch) -> N
     )
     assert record["metrics"] == {"knn_top1_backbone": 91.4}
     assert [f["file"] for f in record["figures"]] == ["retrieval.png"]
+    assert record["git_commit"] != "1234567"  # the checkout's: the run recorded none
+
+    (run / "metrics.json").write_text(json.dumps({**metrics, "git_commit": "1234567abcdef+dirty"}))
+    record = json.loads(
+        (
+            docs_figures.collect(run, max_side=720, max_kb=150, command=None) / "figures.json"
+        ).read_text()
+    )
+    assert record["git_commit"] == "1234567+dirty"  # the run's, not the collecting checkout's
 
 
 def test_collect_names_what_is_missing(tmp_path: Path) -> None:
