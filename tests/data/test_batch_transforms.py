@@ -247,10 +247,11 @@ def test_rotation_angles_are_uniform_and_leave_the_other_draws_alone():
 
 
 def test_rotation_settings_it_cannot_vectorise_or_accept():
-    t = BatchSimCLRTransform()
-    t.transforms[0].transforms.insert(2, v2.RandomRotation(10, expand=True))
-    with pytest.raises(TypeError, match="cannot vectorise"):
-        t(_images(2))
+    for step in (v2.RandomRotation(10, expand=True), v2.RandomRotation(10, fill=None)):
+        t = BatchSimCLRTransform()
+        t.transforms[0].transforms.insert(2, step)
+        with pytest.raises(TypeError, match="cannot vectorise"):
+            t(_images(2))
     with pytest.raises(ValueError, match="degrees"):
         SimCLRTransform(degrees=-5.0)
     per_image = SimCLRTransform(input_size=28, channels=1, degrees=15.0)

@@ -101,15 +101,19 @@ _HSV_OFFSETS = torch.tensor([5.0, 3.0, 1.0]).view(1, 3, 1, 1)
 
 
 def _is_plain_rotation(step: v2.RandomRotation) -> bool:
-    """A symmetric bilinear rotation about the centre, same size, black fill."""
+    """A symmetric bilinear rotation about the centre, same size, black fill.
+
+    Only ``fill=0``: ``fill=None`` (no coverage mask) and per-type dicts blend the border
+    differently from :func:`rotate`.
+    """
     lo, hi = step.degrees
-    fill = step.fill if not isinstance(step.fill, dict) else None
     return (
         lo == -hi
         and _is_bilinear(step.interpolation)
         and not step.expand
         and step.center is None
-        and fill in (0, 0.0, None)
+        and not isinstance(step.fill, dict)
+        and step.fill in (0, 0.0)
     )
 
 
