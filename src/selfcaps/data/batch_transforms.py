@@ -112,8 +112,7 @@ def _is_plain_rotation(step: v2.RandomRotation) -> bool:
         and _is_bilinear(step.interpolation)
         and not step.expand
         and step.center is None
-        and not isinstance(step.fill, dict)
-        and step.fill in (0, 0.0)
+        and step.fill in (0, 0.0)  # a dict, a sequence or None compares unequal
     )
 
 
