@@ -19,12 +19,22 @@ def test_every_shipped_preset_loads(method, preset):
 
 
 @pytest.mark.parametrize(
-    ("preset", "changed"),
-    [("quick_mnist5k", {"data.name", "trainer.epochs"}), ("quick_long", {"trainer.epochs"})],
+    ("method", "preset", "changed"),
+    [
+        ("sparsecaps", "quick_mnist5k", {"data.name", "trainer.epochs"}),
+        ("sparsecaps", "quick_long", {"trainer.epochs"}),
+        # the settings docs/methods/mcae.md measured: quick + these overrides, nothing else
+        ("mcae", "cifar10_full", {"data.train_subset", "trainer.epochs"}),
+        (
+            "mcae",
+            "cifar10_lf10",
+            {"data.train_subset", "trainer.epochs", "eval.label_fraction", "eval.finetune_epochs"},
+        ),
+    ],
 )
-def test_extends_changes_only_what_the_child_sets(preset, changed):
-    base = OmegaConf.to_container(load_config("sparsecaps", "quick"))
-    child = OmegaConf.to_container(load_config("sparsecaps", preset))
+def test_extends_changes_only_what_the_child_sets(method, preset, changed):
+    base = OmegaConf.to_container(load_config(method, "quick"))
+    child = OmegaConf.to_container(load_config(method, preset))
     diff = {
         f"{section}.{key}"
         for section, values in child.items()
@@ -34,6 +44,15 @@ def test_extends_changes_only_what_the_child_sets(preset, changed):
     }
     assert diff == changed
     assert child["preset"] == preset
+
+
+def test_mcae_protocol_presets_hold_the_measured_settings():
+    """docs/methods/mcae.md: 20 pretraining epochs on all 45,000 images; 10% of the labels x 80."""
+    full, lf10 = load_config("mcae", "cifar10_full"), load_config("mcae", "cifar10_lf10")
+    for cfg in (full, lf10):
+        assert cfg.data.train_subset is None and cfg.trainer.epochs == 20
+    assert full.eval.label_fraction is None and full.eval.finetune_epochs == 8
+    assert lf10.eval.label_fraction == 0.1 and lf10.eval.finetune_epochs == 80
 
 
 def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
