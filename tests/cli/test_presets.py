@@ -19,21 +19,29 @@ def test_every_shipped_preset_loads(method, preset):
 
 
 @pytest.mark.parametrize(
-    ("method", "preset", "changed"),
+    ("method", "preset", "parent", "changed"),
     [
-        ("sparsecaps", "quick_mnist5k", {"data.name", "trainer.epochs"}),
-        ("sparsecaps", "quick_long", {"trainer.epochs"}),
+        ("sparsecaps", "quick_mnist5k", "quick", {"data.name", "trainer.epochs"}),
+        ("sparsecaps", "quick_long", "quick", {"trainer.epochs"}),
         # the settings docs/methods/mcae.md measured: quick + these overrides, nothing else
-        ("mcae", "cifar10_full", {"data.train_subset", "trainer.epochs"}),
+        ("mcae", "cifar10_full", "quick", {"data.train_subset", "trainer.epochs"}),
         (
             "mcae",
             "cifar10_lf10",
+            "quick",
             {"data.train_subset", "trainer.epochs", "eval.label_fraction", "eval.finetune_epochs"},
+        ),
+        # docs/methods/coca.md's 60-minute run: quick_cifar10 at batch 256, on the clock
+        (
+            "coca",
+            "cifar10_1h",
+            "quick_cifar10",
+            {"data.batch_size", "trainer.epochs", "trainer.max_time"},
         ),
     ],
 )
-def test_extends_changes_only_what_the_child_sets(method, preset, changed):
-    base = OmegaConf.to_container(load_config(method, "quick"))
+def test_extends_changes_only_what_the_child_sets(method, preset, parent, changed):
+    base = OmegaConf.to_container(load_config(method, parent))
     child = OmegaConf.to_container(load_config(method, preset))
     diff = {
         f"{section}.{key}"
@@ -53,6 +61,16 @@ def test_mcae_protocol_presets_hold_the_measured_settings():
         assert cfg.data.train_subset is None and cfg.trainer.epochs == 20
     assert full.eval.label_fraction is None and full.eval.finetune_epochs == 8
     assert lf10.eval.label_fraction == 0.1 and lf10.eval.finetune_epochs == 80
+
+
+def test_coca_cifar10_presets_hold_the_measured_settings():
+    """docs/methods/coca.md: 6 epochs at batch 64 (10 minutes on 2 cores); 60 minutes at 256."""
+    quick, hour = load_config("coca", "quick_cifar10"), load_config("coca", "cifar10_1h")
+    assert (quick.data.batch_size, quick.trainer.epochs, quick.trainer.max_time) == (64, 6, None)
+    assert (hour.data.batch_size, hour.trainer.max_time) == (256, 60)
+    for cfg in (quick, hour):  # the paper's optimiser and temperature, SimCLR's crops
+        assert (cfg.optim.name, cfg.optim.lr, cfg.optim.weight_decay) == ("adam", 1e-3, 1e-6)
+        assert cfg.loss.temperature == 0.2 and cfg.augment.min_scale == 0.08
 
 
 def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
