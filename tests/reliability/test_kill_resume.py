@@ -130,7 +130,7 @@ def test_step_and_time_budgets_stop_mid_epoch_and_resume_exactly(reference, tmp_
     saved = load_checkpoint(run / "checkpoints" / "last.ckpt")["callbacks"]
     before = next(v["train_seconds"] for k, v in saved.items() if "LastCheckpoint" in k)
     # metrics.json rounds to 0.1 s; rounding is monotone, so compare at that precision.
-    assert 0 < before and round(before, 1) <= m["train_time_s"]
+    assert before > 0 and round(before, 1) <= m["train_time_s"]
     resume(run, "--max-steps", "20", "--max-time", "1e-6")
     m = json.loads((run / "metrics.json").read_text())
     assert (m["stopped_by"], m["steps"]) == ("max_time", 6)
