@@ -29,7 +29,7 @@ def test_arm_table_pairs_each_arm_with_off_by_seed():
     by_arm = {line.split(" | ")[0].lstrip("| "): line for line in table[2:]}
     assert "42.00 +- 2.83" in by_arm["off"]  # sd of 40, 44 = sqrt(8)
     # differences -1 and -2: mean -1.5, sd sqrt(0.5), t(0.975, 1) = 12.706 -> +-6.35
-    assert "-1.50 (-1.00, -2.00) [-7.85, +4.85], not resolved at this budget" in by_arm["lambda1"]
+    assert "-1.50 (-1.00, -2.00) [-7.85, +4.85], not resolved (too few seeds)" in by_arm["lambda1"]
     assert by_arm["eps01"].endswith("| 41.00 | -3.00 (-3.00) |")
     assert by_arm["lambda1_beta99"].endswith("| 44.50 | -0.50 (-0.50) vs off_beta99 |")
     assert by_arm["off_beta99"].endswith("| 45.00 | - |")

@@ -8,6 +8,9 @@ from selfcaps.eval.paired import (
     HOLDS,
     NOT_RESOLVED,
     REVERSED,
+    TOO_FEW_SEEDS,
+    ZERO_SPREAD,
+    is_not_resolved,
     overall_verdict,
     paired_comparison,
 )
@@ -53,9 +56,37 @@ def test_reversed_and_unresolved_and_direction():
     )
 
 
+def test_lower_is_better_straddling_zero_is_not_resolved():
+    # differences -2, +1, -0.5: mean -0.5, the interval contains 0 in either direction
+    r = paired_comparison([10.0, 13.0, 11.5], [12.0, 12.0, 12.0], higher_is_better=False)
+    assert r.diff_low < 0 < r.diff_high
+    assert r.verdict == NOT_RESOLVED
+
+
+def test_two_seeds_give_an_interval_but_no_verdict():
+    # Both seeds improve by 3.0 and 3.1 points: the t interval (12.71 x sd / sqrt 2) excludes
+    # 0, yet two seeds are below the design's minimum of three.
+    r = paired_comparison([52.0, 53.1], [49.0, 50.0])
+    half = 12.706 * math.sqrt(0.005) / math.sqrt(2)
+    assert r.diff_low == pytest.approx(3.05 - half, abs=2e-3)
+    assert r.diff_low > 0
+    assert r.verdict == TOO_FEW_SEEDS
+    assert is_not_resolved(r.verdict)
+
+
+def test_zero_spread_is_not_a_verdict():
+    # The review's example: two identical differences gave a zero-width interval and "holds".
+    assert paired_comparison([2, 2], [1, 1]).verdict == TOO_FEW_SEEDS
+    r = paired_comparison([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
+    assert r.diff_low == r.diff_high == 1.0
+    assert r.verdict == ZERO_SPREAD
+    # PoE's "1 class vs 1 class" on every seed: no difference, no spread
+    assert paired_comparison([1.0] * 3, [1.0] * 3).verdict == ZERO_SPREAD
+
+
 def test_one_seed_is_never_a_verdict():
     r = paired_comparison([99.0], [1.0])
-    assert r.verdict == NOT_RESOLVED
+    assert r.verdict == TOO_FEW_SEEDS
     assert math.isnan(r.diff_low) and math.isnan(r.treatment_std)
     assert r.diff_mean == 98.0
 
@@ -78,3 +109,6 @@ def test_overall_verdict():
     assert overall_verdict([HOLDS, REVERSED]) == REVERSED
     assert overall_verdict([HOLDS, NOT_RESOLVED]) == NOT_RESOLVED
     assert overall_verdict([]) == NOT_RESOLVED
+    assert overall_verdict([TOO_FEW_SEEDS, TOO_FEW_SEEDS]) == TOO_FEW_SEEDS
+    assert overall_verdict([HOLDS, TOO_FEW_SEEDS]) == TOO_FEW_SEEDS
+    assert overall_verdict([TOO_FEW_SEEDS, ZERO_SPREAD]) == NOT_RESOLVED

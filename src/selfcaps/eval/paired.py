@@ -7,14 +7,26 @@ Student-t confidence interval (``n - 1`` degrees of freedom) decide the verdict:
 
 - *holds*: the whole interval lies on the side the claim predicts;
 - *reversed*: the whole interval lies on the other side;
-- *not resolved at this budget*: the interval contains 0, or there are fewer than two seeds.
+- *not resolved at this budget*: the interval contains 0;
+- *not resolved (too few seeds)*: fewer than :data:`MIN_SEEDS` (3) seeds, whatever the
+  differences: two seeds give an interval but no verdict;
+- *not resolved (zero spread)*: every seed gave the same difference, so the interval has
+  zero width and says nothing about the seed-to-seed noise (two identical arms, a metric
+  that cannot move, or too coarse a metric).
+
+These are the only words the project uses for a comparison; ``is_not_resolved`` tells the
+three "not resolved" forms from a verdict.
 
 Examples:
     >>> r = paired_comparison([92.0, 93.0, 91.5], [89.0, 90.5, 89.0])
     >>> r.verdict, round(r.diff_mean, 3)
     ('holds', 2.667)
-    >>> paired_comparison([50.0, 48.0], [49.0, 50.0]).verdict
+    >>> paired_comparison([50.0, 48.0, 47.0], [49.0, 50.0, 46.5]).verdict
     'not resolved at this budget'
+    >>> paired_comparison([52.0, 53.0], [49.0, 50.5]).verdict
+    'not resolved (too few seeds)'
+    >>> paired_comparison([2.0, 2.0, 2.0], [1.0, 1.0, 1.0]).verdict
+    'not resolved (zero spread)'
 """
 
 from __future__ import annotations
@@ -26,9 +38,14 @@ from typing import Any
 
 __all__ = [
     "HOLDS",
+    "MIN_SEEDS",
     "NOT_RESOLVED",
     "REVERSED",
+    "TOO_FEW_SEEDS",
+    "VERDICTS",
+    "ZERO_SPREAD",
     "PairedResult",
+    "is_not_resolved",
     "overall_verdict",
     "paired_comparison",
 ]
@@ -36,6 +53,22 @@ __all__ = [
 HOLDS = "holds"
 REVERSED = "reversed"
 NOT_RESOLVED = "not resolved at this budget"
+TOO_FEW_SEEDS = "not resolved (too few seeds)"
+ZERO_SPREAD = "not resolved (zero spread)"
+#: Every verdict a comparison can get.
+VERDICTS = (HOLDS, REVERSED, NOT_RESOLVED, TOO_FEW_SEEDS, ZERO_SPREAD)
+#: Fewer seeds than this give no verdict (the design's rule: "fewer than 3 seeds is no verdict").
+MIN_SEEDS = 3
+
+
+def is_not_resolved(verdict: str) -> bool:
+    """Whether ``verdict`` is one of the "not resolved" forms (no verdict either way).
+
+    Examples:
+        >>> is_not_resolved("not resolved (too few seeds)"), is_not_resolved("holds")
+        (True, False)
+    """
+    return verdict.startswith("not resolved")
 
 
 @dataclass(frozen=True)
@@ -52,7 +85,8 @@ class PairedResult:
         diff_low: Lower end of the confidence interval of ``diff_mean`` (NaN below 2 seeds).
         diff_high: Upper end of that interval.
         level: Confidence level of the interval.
-        verdict: ``holds``, ``reversed`` or ``not resolved at this budget``.
+        verdict: One of :data:`VERDICTS`: ``holds``, ``reversed``, ``not resolved at this
+            budget``, ``not resolved (too few seeds)`` or ``not resolved (zero spread)``.
     """
 
     n: int
@@ -89,7 +123,8 @@ def paired_comparison(
 
     The interval is ``mean(d) +- t_{(1+level)/2, n-1} * std(d) / sqrt(n)`` over the
     per-seed differences ``d``; it is exact for normally distributed differences and the
-    standard choice for a handful of seeds.
+    standard choice for a handful of seeds. The interval is computed from two seeds on, but
+    the verdict needs :data:`MIN_SEEDS` seeds and a non-zero spread of ``d``.
 
     Args:
         treatment: The treatment arm's metric, one value per seed.
@@ -125,12 +160,16 @@ def paired_comparison(
     d_mean, d_std = _mean_std(diffs)
     if n < 2:
         low = high = math.nan
-        verdict = NOT_RESOLVED
     else:
         from scipy.stats import t as student_t
 
         half = float(student_t.ppf((1.0 + level) / 2.0, n - 1)) * d_std / math.sqrt(n)
         low, high = d_mean - half, d_mean + half
+    if n < MIN_SEEDS:
+        verdict = TOO_FEW_SEEDS
+    elif d_std == 0.0:
+        verdict = ZERO_SPREAD
+    else:
         better_low, better_high = (low, high) if higher_is_better else (-high, -low)
         if better_low > 0:
             verdict = HOLDS
@@ -145,7 +184,8 @@ def overall_verdict(verdicts: Sequence[str]) -> str:
     """One verdict for a claim made of several comparisons.
 
     *holds* only if every comparison holds; *reversed* if any is reversed; otherwise
-    *not resolved at this budget*.
+    *not resolved at this budget*, or the one "not resolved" reason every unresolved
+    comparison shares (e.g. all had too few seeds).
 
     Examples:
         >>> overall_verdict(["holds", "holds"])
@@ -159,4 +199,5 @@ def overall_verdict(verdicts: Sequence[str]) -> str:
         return REVERSED
     if all(v == HOLDS for v in verdicts):
         return HOLDS
-    return NOT_RESOLVED
+    reasons = {v for v in verdicts if v != HOLDS}
+    return reasons.pop() if len(reasons) == 1 else NOT_RESOLVED
