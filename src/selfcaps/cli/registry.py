@@ -1,0 +1,329 @@
+"""The results registry: one row per published number, from which the docs' tables are made.
+
+Every number that README.md and the manual publish as a result lives in
+``results/registry.yaml``, one row per measurement, with what produced it: the method, the
+preset and the ``key=value`` overrides of each arm, the hash of the configuration they
+resolved to, the dataset and budget, the seeds and each seed's value, the exact command,
+commit, date, cores and threads. Tables in the docs are generated from it
+(``selfcaps report``), never typed by hand, and a verdict is never stored: it is computed
+from the per-seed values by :func:`selfcaps.eval.paired.paired_comparison`.
+
+A row's ``config_hash`` pins the presets behind it: when a preset (or the base
+configuration) changes so that an arm no longer resolves to the stored hash, the row is
+*stale*. ``selfcaps report --check`` (and the test suite) fail on a stale row that is not
+marked ``stale: <reason>``; a marked row is shown with its reason on every page.
+
+Row fields (YAML mapping; ``kind`` decides which arms it has):
+
+==================  =====================================================================
+``id``              unique name, e.g. ``sparsecaps.claim.long``
+``kind``            ``paired`` (treatment vs control, same seeds) or ``single`` (one arm)
+``tables``          names of the generated tables that show the row (``claims``, ``bench``,
+                    a method's name, ...)
+``method``          the method (``coca``, ...)
+``what``            what is measured, in a few words (a claim's statement for claims)
+``comparison``      paired rows: ``"treatment vs control"`` as shown
+``rung``            the budget's name (``short``, ``long``, ``1,687 steps``, ...)
+``budget``          the budget in words (epochs or steps, images, or minutes if timed)
+``dataset``         the dataset the numbers are measured on
+``metric``          the ``metrics.json`` key (or keys) read
+``higher_is_better`` paired rows: the direction the claim predicts (default true)
+``treatment``       paired rows: ``{label, preset, overrides, values}``
+``control``         paired rows: the same
+``arm``             single rows: the same
+``seeds``           the seeds, in the order of every arm's ``values``
+``paper``           the paper's number(s) in words, or null
+``config_hash``     :func:`row_config_hash` of the arms when the row was measured
+``command``         the exact command (``S`` stands for each seed)
+``commit``          the commit that ran it
+``date``            ISO date
+``cores``           CPU cores of the machine
+``threads``         torch threads per run
+``stale``           null, or why the row no longer matches its preset (shown with it)
+``note``            optional short note shown with the row
+==================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+
+from selfcaps.cli.config import ConfigError, load_config, parse_overrides
+from selfcaps.eval.paired import PairedResult, paired_comparison
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "HASH_EXCLUDED",
+    "Arm",
+    "RegistryError",
+    "Row",
+    "arm_config_hash",
+    "check_hashes",
+    "config_hash",
+    "load_registry",
+    "row_config_hash",
+]
+
+#: Where the registry lives, relative to the repository root.
+DEFAULT_REGISTRY = Path("results") / "registry.yaml"
+
+#: Keys that do not change what a run computes and so stay out of the hash: the seed (a row
+#: lists its seeds), where the data live, the progress bar.
+HASH_EXCLUDED = ("seed", "data.root", "trainer.progress_bar")
+
+_REQUIRED = (
+    "id", "kind", "tables", "method", "what", "rung", "budget", "dataset", "metric", "seeds",
+    "config_hash", "command", "commit", "date", "cores", "threads",
+)  # fmt: skip
+_OPTIONAL = ("comparison", "higher_is_better", "treatment", "control", "arm", "paper", "stale",
+             "note")  # fmt: skip
+
+
+class RegistryError(ValueError):
+    """A registry row that cannot be used; the message names the file, the row and the field."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a row: how its runs were configured and each seed's value.
+
+    Attributes:
+        label: Name shown in tables ("sparse", "untrained").
+        preset: The method's preset.
+        overrides: ``key=value`` overrides of this arm (flags written as their keys).
+        values: One value per seed of the row, in the row's seed order.
+    """
+
+    label: str
+    preset: str
+    overrides: tuple[str, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement (see the module docstring for the fields)."""
+
+    id: str
+    kind: str
+    tables: tuple[str, ...]
+    method: str
+    what: str
+    rung: str
+    budget: str
+    dataset: str
+    metric: str
+    seeds: tuple[int, ...]
+    config_hash: str
+    command: str
+    commit: str
+    date: str
+    cores: int
+    threads: int
+    arms: tuple[Arm, ...]
+    comparison: str | None = None
+    higher_is_better: bool = True
+    paper: str | None = None
+    stale: str | None = None
+    note: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def paired(self) -> PairedResult | None:
+        """The paired comparison of a ``paired`` row (None for ``single`` rows)."""
+        if self.kind != "paired":
+            return None
+        treatment, control = self.arms
+        return paired_comparison(treatment.values, control.values, self.higher_is_better)
+
+    def current_hash(self) -> str:
+        """:func:`row_config_hash` of the arms as their presets resolve today."""
+        return row_config_hash(self.method, self.arms)
+
+
+def config_hash(cfg: Any) -> str:
+    """Short SHA-256 of a resolved configuration, without :data:`HASH_EXCLUDED`.
+
+    Args:
+        cfg: A configuration (``DictConfig`` or nested dict).
+
+    Returns:
+        The first 12 hex digits of the SHA-256 of its canonical JSON.
+
+    Examples:
+        >>> config_hash({"seed": 1, "a": {"b": 2}}) == config_hash({"a": {"b": 2}, "seed": 5})
+        True
+    """
+    data = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
+    data = json.loads(json.dumps(data))  # a deep copy with plain types
+    for key in HASH_EXCLUDED:
+        *parents, leaf = key.split(".")
+        node = data
+        for p in parents:
+            node = node.get(p, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def arm_config_hash(method: str, preset: str, overrides: Sequence[str]) -> str:
+    """:func:`config_hash` of what ``method``'s ``preset`` with ``overrides`` resolves to today.
+
+    Raises:
+        ConfigError: Unknown method, preset or key, or a value of the wrong type.
+    """
+    return config_hash(load_config(method, preset, parse_overrides(list(overrides))))
+
+
+def row_config_hash(method: str, arms: Sequence[Arm]) -> str:
+    """One hash for a row: its arm's hash, or a hash of its arms' hashes when they differ."""
+    hashes = [arm_config_hash(method, a.preset, a.overrides) for a in arms]
+    if len(set(hashes)) == 1:
+        return hashes[0]
+    return hashlib.sha256(",".join(hashes).encode()).hexdigest()[:12]
+
+
+def _arm(where: str, raw: Any, n_seeds: int) -> Arm:
+    if not isinstance(raw, dict):
+        raise RegistryError(f"{where}: expected a mapping with label, preset, values; got {raw!r}")
+    missing = [k for k in ("label", "preset", "values") if k not in raw]
+    if missing:
+        raise RegistryError(f"{where}: missing {', '.join(missing)}")
+    unknown = set(raw) - {"label", "preset", "overrides", "values"}
+    if unknown:
+        raise RegistryError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    values = raw["values"]
+    if not isinstance(values, list) or len(values) != n_seeds:
+        raise RegistryError(
+            f"{where}.values: expected one number per seed ({n_seeds}), got {values!r}"
+        )
+    try:
+        vals = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise RegistryError(f"{where}.values: not all numbers: {values!r}") from None
+    if not all(math.isfinite(v) for v in vals):
+        raise RegistryError(f"{where}.values: non-finite value in {values!r}")
+    overrides = raw.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise RegistryError(f"{where}.overrides: expected a list of key=value strings")
+    return Arm(str(raw["label"]), str(raw["preset"]), tuple(overrides), vals)
+
+
+def _row(where: str, raw: Any) -> Row:
+    if not isinstance(raw, dict):
+        raise RegistryError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise RegistryError(f"{where}: missing field(s) {', '.join(missing)}")
+    unknown = set(raw) - set(_REQUIRED) - set(_OPTIONAL)
+    if unknown:
+        raise RegistryError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    where = f"{where} ({raw['id']})"
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise RegistryError(f"{where}.seeds: expected a non-empty list of integers, got {seeds!r}")
+    kind = raw["kind"]
+    if kind == "paired":
+        if "arm" in raw or "treatment" not in raw or "control" not in raw:
+            raise RegistryError(f"{where}: a paired row has treatment and control, no arm")
+        arms = (
+            _arm(f"{where}.treatment", raw["treatment"], len(seeds)),
+            _arm(f"{where}.control", raw["control"], len(seeds)),
+        )
+        if not raw.get("comparison"):
+            raise RegistryError(f"{where}: a paired row needs comparison (treatment vs control)")
+    elif kind == "single":
+        if "treatment" in raw or "control" in raw or "arm" not in raw:
+            raise RegistryError(f"{where}: a single row has arm, no treatment or control")
+        arms = (_arm(f"{where}.arm", raw["arm"], len(seeds)),)
+    else:
+        raise RegistryError(f"{where}.kind: expected paired or single, got {kind!r}")
+    tables = raw["tables"]
+    if not isinstance(tables, list) or not tables:
+        raise RegistryError(f"{where}.tables: expected a non-empty list of table names")
+    return Row(
+        id=str(raw["id"]),
+        kind=kind,
+        tables=tuple(str(t) for t in tables),
+        method=str(raw["method"]),
+        what=str(raw["what"]),
+        rung=str(raw["rung"]),
+        budget=str(raw["budget"]),
+        dataset=str(raw["dataset"]),
+        metric=str(raw["metric"]),
+        seeds=tuple(seeds),
+        config_hash=str(raw["config_hash"]),
+        command=str(raw["command"]),
+        commit=str(raw["commit"]),
+        date=str(raw["date"]),
+        cores=int(raw["cores"]),
+        threads=int(raw["threads"]),
+        arms=arms,
+        comparison=raw.get("comparison"),
+        higher_is_better=bool(raw.get("higher_is_better", True)),
+        paper=None if raw.get("paper") is None else str(raw["paper"]),
+        stale=raw.get("stale"),
+        note=raw.get("note"),
+    )
+
+
+def load_registry(path: Path | str = DEFAULT_REGISTRY) -> list[Row]:
+    """Read and validate the registry.
+
+    Args:
+        path: ``results/registry.yaml`` (a YAML list of rows).
+
+    Returns:
+        The rows, in file order.
+
+    Raises:
+        RegistryError: The file is missing or not a list, a row lacks a field or has an
+            unknown one, a value list does not match the seeds, ids repeat.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RegistryError(f"{path}: no results registry here (run from the repository root)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise RegistryError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, list):
+        raise RegistryError(f"{path}: expected a list of rows, got {type(raw).__name__}")
+    rows = [_row(f"{path}: row {i}", r) for i, r in enumerate(raw)]
+    seen: set[str] = set()
+    for r in rows:
+        if r.id in seen:
+            raise RegistryError(f"{path}: id {r.id!r} appears twice")
+        seen.add(r.id)
+    return rows
+
+
+def check_hashes(rows: Sequence[Row]) -> list[str]:
+    """Rows whose presets no longer resolve to their ``config_hash`` and are not marked stale.
+
+    Returns:
+        One message per such row (empty when every row is current or marked).
+    """
+    problems = []
+    for r in rows:
+        try:
+            now = r.current_hash()
+        except ConfigError as e:
+            now = f"(does not resolve: {e})"
+        if now != r.config_hash and not r.stale:
+            problems.append(
+                f"{r.id}: its arms resolve to config hash {now} today, the registry says "
+                f"{r.config_hash}; a preset behind a published number changed. Re-measure "
+                "the row, or mark it `stale: <why>` (every page showing it will say so)."
+            )
+    return problems
