@@ -224,5 +224,7 @@ def test_paper_preset_follows_the_paper_and_reference_preset_the_code():
     assert ref.model.num_type2 == 2 and list(ref.model.aide_modules) == [3, 4]
     assert [list(u) for u in ref.loss.units] == [[3, 1, -1], [4, 0, 2]]
     assert (ref.loss.ot_weight, ref.loss.cost, ref.loss.detach_plan) == (1.0, "euclidean", False)
+    # option/option.py: --batch_size_train 256 (the paper: "Batch size is 128")
+    assert (ref.data.batch_size, paper.data.batch_size) == (256, 128)
     EncapNetMethod.validate_config(paper)
     EncapNetMethod.validate_config(ref)
