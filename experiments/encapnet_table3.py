@@ -137,128 +137,63 @@ _SUBTLE = (
     "The subtlety is that the gain clearly differs when we replace Sinkhorn with KL in EncapNet "
     "while these two options barely matter in ResNet."
 )
-
-CASES: tuple[Case, ...] = (
-    Case(
-        "aide",
-        "(1) vs (4)",
-        "v3_noskip",
-        "master_noskip",
-        "+",
-        "9.83 -> 7.41",
-        "Without using aide, case (1) serves as baseline where higher capsules are only generated "
-        "from the master activation.",
-    ),
-    Case(
-        "own_vs_cross",
-        "(2) vs (3)",
-        "own_noskip",
-        "cross_noskip",
-        "+",
-        "-",
-        "Result show that obtaining mx from the activation v\u0302(x) in its own branch is better "
-        "than obtaining from the other activations, c.f., cases (2) and (3).",
-    ),
-    Case("v3_vs_own", "(4) vs (2)/(3)", "v3_noskip", "own_noskip", "+", "7.41 vs -", _V3),
-    Case("v3_vs_cross", "(4) vs (2)/(3)", "v3_noskip", "cross_noskip", "+", "7.41 vs -", _V3),
-    Case(
-        "skip",
-        "(5-7) vs (4)",
-        "v3_skip",
-        "v3_noskip",
-        "+",
-        "7.41 -> 5.82",
-        "It is observed that the skip connection used in both types of the capConv block make the "
-        "network converge faster and get better performance (5.82%).",
-    ),
-    Case(
-        "two_ots",
-        "final model",
-        "twoots",
-        "on",
-        "+",
-        "4.58 -> 4.55",
-        "Our final candidate model employs an additional OT unit with two Sinkhorn losses imposed "
-        "on each module. [...] It performances better (4.55%) than using one OT divergence alone "
-        "(4.58%).",
-    ),
-    Case("ot", "(a)/(c), Fig. 4", "on", "off", "+", "21% relative", _FIG4),
-    Case("ot_resnet", "(a)/(c), Fig. 4", "resnet_on", "resnet_off", "+", "4% relative", _FIG4),
-    Case("kl", "(b)", "kl", "off", "+", "-", _KL),
-    Case("kl_resnet", "(b)", "resnet_kl", "resnet_off", "+", "-", _KL),
-    Case("sinkhorn_vs_kl", "(c) vs (b)", "on", "kl", "+", "-", _SUBTLE),
-    Case("sinkhorn_vs_kl_resnet", "(c) vs (b)", "resnet_on", "resnet_kl", "=", "-", _SUBTLE),
-    Case(
-        "d_debias",
-        "d1",
-        "on",
-        "nodebias",
-        "+",
-        "-",
-        "Without the bias fix, the result is inferior since it does not leverage both OT and MMD "
-        "divergences (case d1)",
-    ),
-    Case(
-        "d_plan",
-        "d-*",
-        "on",
-        "plangrad",
-        "+",
-        "-",
-        "if we back-propagate the gradient in the PL path, the error rate slightly increases",
-    ),
-    Case(
-        "d_extractor",
-        "d-*",
-        "on",
-        "noextractor",
-        "+",
-        "5.82 -> 5.79",
-        "If we remove this functionality and directly compare the raw inputs (u, u\u2032) using "
-        "cosine distance, the error increases by a large margin to 5.79%, compared with baseline "
-        "5.82%",
-    ),
-    Case(
-        "d_generator",
-        "d-*",
-        "on",
-        "plaingen",
-        "+",
-        "5.01 (plain)",
-        "if the generator recovering u\u2032 from v employs a standard CNN, the performance is "
-        "inferior (5.01%) than the capsule version of the generator",
-    ),
-    Case(
-        "d_cost",
-        "d-*",
-        "on",
-        "euclid",
-        "+",
-        "-",
-        "finally if we adopt l2 norm to calculate P after the feature extractor, the performance "
-        "degrades as well.",
-    ),
-    Case(
-        "reference_vs_off",
-        "-",
-        "reference",
-        "off",
-        "+",
-        "-",
-        "(not Table 3) the reference code's unit settings; the paper: the unit gives \u201ca "
-        "unanimous gain in both capsule and vanilla networks\u201d",
-    ),
-    Case(
-        "lambda01_vs_off",
-        "-",
-        "lambda01",
-        "off",
-        "+",
-        "-",
-        "(not Table 3) lambda 0.1 (ours; the paper's is 10, the reference code's 1) on the quick "
-        "preset's two units: the one setting whose interval contained 0 at 200 steps",
-    ),
-)
+#: The sentence of section 5.1 behind each case (``[...]`` marks a cut).
+QUOTES = {
+    "aide": "Without using aide, case (1) serves as baseline where higher capsules are only "
+    "generated from the master activation.",
+    "own_vs_cross": "Result show that obtaining mx from the activation v\u0302(x) in its own "
+    "branch is better than obtaining from the other activations, c.f., cases (2) and (3).",
+    "v3_vs_own": _V3,
+    "v3_vs_cross": _V3,
+    "skip": "It is observed that the skip connection used in both types of the capConv block make "
+    "the network converge faster and get better performance (5.82%).",
+    "two_ots": "Our final candidate model employs an additional OT unit with two Sinkhorn losses "
+    "imposed on each module. [...] It performances better (4.55%) than using one OT divergence "
+    "alone (4.58%).",
+    "ot": _FIG4,
+    "ot_resnet": _FIG4,
+    "kl": _KL,
+    "kl_resnet": _KL,
+    "sinkhorn_vs_kl": _SUBTLE,
+    "sinkhorn_vs_kl_resnet": _SUBTLE,
+    "d_debias": "Without the bias fix, the result is inferior since it does not leverage both OT "
+    "and MMD divergences (case d1)",
+    "d_plan": "if we back-propagate the gradient in the PL path, the error rate slightly increases",
+    "d_extractor": "If we remove this functionality and directly compare the raw inputs (u, "
+    "u\u2032) using cosine distance, the error increases by a large margin to 5.79%, compared "
+    "with baseline 5.82%",
+    "d_generator": "if the generator recovering u\u2032 from v employs a standard CNN, the "
+    "performance is inferior (5.01%) than the capsule version of the generator",
+    "d_cost": "finally if we adopt l2 norm to calculate P after the feature extractor, the "
+    "performance degrades as well.",
+    "reference_vs_off": "(not Table 3) the reference code's unit settings; the paper: the unit "
+    "gives \u201ca unanimous gain in both capsule and vanilla networks\u201d",
+    "lambda01_vs_off": "(not Table 3) lambda 0.1 (ours; the paper's is 10, the reference code's "
+    "1) on the quick preset's two units: the one setting whose interval contained 0 at 200 steps",
+}
+# name, Table 3 label, arm, control, direction, the paper's numbers (error %)
+_ROWS = [
+    ("aide", "(1) vs (4)", "v3_noskip", "master_noskip", "+", "9.83 -> 7.41"),
+    ("own_vs_cross", "(2) vs (3)", "own_noskip", "cross_noskip", "+", "-"),
+    ("v3_vs_own", "(4) vs (2)/(3)", "v3_noskip", "own_noskip", "+", "7.41 vs -"),
+    ("v3_vs_cross", "(4) vs (2)/(3)", "v3_noskip", "cross_noskip", "+", "7.41 vs -"),
+    ("skip", "(5-7) vs (4)", "v3_skip", "v3_noskip", "+", "7.41 -> 5.82"),
+    ("two_ots", "final model", "twoots", "on", "+", "4.58 -> 4.55"),
+    ("ot", "(a)/(c), Fig. 4", "on", "off", "+", "21% relative"),
+    ("ot_resnet", "(a)/(c), Fig. 4", "resnet_on", "resnet_off", "+", "4% relative"),
+    ("kl", "(b)", "kl", "off", "+", "-"),
+    ("kl_resnet", "(b)", "resnet_kl", "resnet_off", "+", "-"),
+    ("sinkhorn_vs_kl", "(c) vs (b)", "on", "kl", "+", "-"),
+    ("sinkhorn_vs_kl_resnet", "(c) vs (b)", "resnet_on", "resnet_kl", "=", "-"),
+    ("d_debias", "d1", "on", "nodebias", "+", "-"),
+    ("d_plan", "d-*", "on", "plangrad", "+", "-"),
+    ("d_extractor", "d-*", "on", "noextractor", "+", "5.82 -> 5.79"),
+    ("d_generator", "d-*", "on", "plaingen", "+", "5.01 (plain)"),
+    ("d_cost", "d-*", "on", "euclid", "+", "-"),
+    ("reference_vs_off", "-", "reference", "off", "+", "-"),
+    ("lambda01_vs_off", "-", "lambda01", "off", "+", "-"),
+]
+CASES: tuple[Case, ...] = tuple(Case(*row, QUOTES[row[0]]) for row in _ROWS)
 CASE_BY_NAME = {c.name: c for c in CASES}
 
 
