@@ -38,6 +38,7 @@ share the work by seeds (``--seeds 0`` and ``--seeds 1 2``).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -244,7 +245,13 @@ def main(argv: list[str] | None = None) -> None:
     for arm in arms_of(args.case):
         for seed in args.seeds:
             cmd = command(args.out, arm, seed, args.steps, args.data_root)
-            done = (args.out / f"{arm}_s{seed}" / "metrics.json").exists()
+            metrics = args.out / f"{arm}_s{seed}" / "metrics.json"
+            done = metrics.exists()
+            if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:
+                raise SystemExit(
+                    f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
+                    "use another OUT for another budget"
+                )
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

@@ -138,3 +138,13 @@ def test_report_pairs_by_seed_and_words_the_verdict(tmp_path):
     assert rows["sinkhorn_vs_kl_resnet"].endswith("| reversed |")
     assert "| resnet_on ahead |" not in rows["sinkhorn_vs_kl_resnet"]
     assert "aide" in report.table(tmp_path)[-1]  # cases without runs are listed
+
+
+def test_finished_runs_are_skipped_and_other_budgets_refused(tmp_path, capsys):
+    _write(tmp_path, "off", 0, 41.0)  # a 200-step run
+    table3.main([str(tmp_path), "--case", "ot", "--seeds", "0", "--dry-run"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# done: ") and "off_s0" in lines[0]
+    assert not lines[1].startswith("#") and "on_s0" in lines[1]
+    with pytest.raises(SystemExit, match="200 steps, not --steps 1053"):
+        table3.main([str(tmp_path), "--case", "ot", "--seeds", "0", "--steps", "1053", "--dry-run"])
