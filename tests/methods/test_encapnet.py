@@ -143,6 +143,30 @@ def test_ot_needs_an_encapnet():
         EncapNetMethod.validate_config(cfg)
 
 
+def test_feedback_units_attach_to_the_resnet_counterpart():
+    # Table 3 cases a-b train the unit on ResNet: taps are each stage's input and block outputs.
+    resnet = [("model.name", "encapnet18_resnet"), ("loss.encapsulated_generator", False)]
+    m = _method(*resnet, ("loss.ot", True), ("loss.ot_weight", 3.0))
+    assert len(m.feedback) == 2
+    m.train()
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    net, units = copy.deepcopy(m.net), copy.deepcopy(m.feedback)
+    outs = []  # stem, block 1, block 2 (stage 1: 14x14), block 3, block 4 (stage 2: 7x7)
+    for layer in net.body:
+        layer.register_forward_hook(lambda mod, i, o: outs.append(o))
+    logits = net(x)
+    # units [[1, 1, -1], [2, 0, 2]]: stage 1's block 1 from its block 2; stage 2's input from
+    # its block 2
+    ot = units[0](outs[2], outs[1]) + units[1](outs[4], outs[2])
+    expected = torch.nn.functional.cross_entropy(logits, y) + 3.0 * ot
+    loss, logs = m.compute_loss((x, y))
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logs["train_ot_loss"], ot.detach(), rtol=1e-5, atol=1e-6)
+    cfg = load_config("encapnet", "quick", [*SMALL, resnet[0], ("loss.ot", True)])
+    with pytest.raises(ValueError, match=r"loss\.encapsulated_generator"):
+        EncapNetMethod.validate_config(cfg)
+
+
 def test_cifar100_gets_100_class_capsules_and_svhn_no_flips():
     m = _method(("data.name", "cifar100"), ("model.strides", [2, 2]), ("loss.ot", False))
     assert m.network.class_caps.out_caps == 100
@@ -200,5 +224,7 @@ def test_paper_preset_follows_the_paper_and_reference_preset_the_code():
     assert ref.model.num_type2 == 2 and list(ref.model.aide_modules) == [3, 4]
     assert [list(u) for u in ref.loss.units] == [[3, 1, -1], [4, 0, 2]]
     assert (ref.loss.ot_weight, ref.loss.cost, ref.loss.detach_plan) == (1.0, "euclidean", False)
+    # option/option.py: --batch_size_train 256 (the paper: "Batch size is 128")
+    assert (ref.data.batch_size, paper.data.batch_size) == (256, 128)
     EncapNetMethod.validate_config(paper)
     EncapNetMethod.validate_config(ref)

@@ -96,6 +96,35 @@ def test_resnet_counterpart_is_resnet18_shaped():
     assert net(torch.randn(2, 3, 32, 32)).shape == (2, 10) and net.score_kind == "logit"
 
 
+def _block_outputs(net, x):
+    """The stem's and every BasicBlock's output, recorded by forward hooks on ``net(x)``."""
+    outs = []
+    hooks = [m.register_forward_hook(lambda m, i, o: outs.append(o)) for m in net.body]
+    try:
+        logits = net(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return logits, outs
+
+
+def test_resnet_taps_are_stage_inputs_and_block_outputs():
+    net = selfcaps.create_model("encapnet18_resnet", num_caps=4, dims=(2, 4, 8), strides=(1, 2, 2))
+    net.eval()
+    x = torch.randn(2, 3, 32, 32)
+    logits, outs = _block_outputs(net, x)  # stem, then 2 blocks per stage
+    got_logits, taps = net.forward_taps(x)
+    torch.testing.assert_close(got_logits, logits)
+    expected = [[outs[2 * k], outs[2 * k + 1], outs[2 * k + 2]] for k in range(3)]
+    assert len(taps) == 3 and all(len(t) == 3 for t in taps)
+    for got, want in zip(taps, expected, strict=True):
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b)
+    assert [[tuple(t.shape[1:]) for t in m] for m in taps] == net.tap_shapes()
+    # stem 4 channels at 32; stages 8, 16, 32 channels at 32, 16, 8 pixels
+    assert net.tap_shapes()[1] == [(8, 32, 32), (16, 16, 16), (16, 16, 16)]
+
+
 @pytest.mark.parametrize("name", TABLE1)
 def test_table1_rows_share_input_and_output(name):
     net = selfcaps.create_model(name).eval()

@@ -7,10 +7,13 @@ from typing import Any
 from selfcaps.config_checks._expect import check as check_key
 from selfcaps.config_checks._expect import expect
 
-__all__ = ["ENCAPNETS", "OTHER_NETWORKS", "check"]
+__all__ = ["ENCAPNETS", "FEEDBACK_NETWORKS", "OTHER_NETWORKS", "check"]
 
-#: EncapNets: the networks the feedback units (``loss.ot``) can be attached to.
+#: EncapNets: capsule networks the feedback units (``loss.ot``) can be attached to.
 ENCAPNETS = ("encapnet", "encapnet18")
+#: Every network with feedback taps: the EncapNets and the ResNet counterpart (Table 3 a-b), whose
+#: taps are each stage's input and the outputs of its two ``BasicBlock`` s.
+FEEDBACK_NETWORKS = (*ENCAPNETS, "encapnet18_resnet")
 #: Networks other than EncapNet that this method can train, and the ``model`` keys they take
 #: (besides ``in_chans``, ``num_classes``, ``input_size``).
 OTHER_NETWORKS: dict[str, tuple[str, ...]] = {
@@ -44,8 +47,16 @@ def check(cfg: Any) -> None:
     m, c = cfg.model, cfg.loss
     names = (*ENCAPNETS, *OTHER_NETWORKS)
     expect(m.name in names, "model.name", f"one of {', '.join(names)}", m.name)
-    if c.ot and m.name not in ENCAPNETS:
-        raise ValueError(f"loss.ot: the feedback units need an EncapNet, not {m.name!r}")
+    if c.ot and m.name not in FEEDBACK_NETWORKS:
+        raise ValueError(
+            f"loss.ot: the feedback units need one of {', '.join(FEEDBACK_NETWORKS)}, "
+            f"not {m.name!r}"
+        )
+    if c.ot and m.name not in ENCAPNETS and c.encapsulated_generator:
+        raise ValueError(
+            f"loss.encapsulated_generator: {m.name!r} has no capsules to group the generator "
+            "by; expected false (a plain deconvolution), got true"
+        )
     for key, ok, expected in _CHECKS:
         check_key(cfg, key, ok, expected)
     if c.ot:
@@ -54,7 +65,9 @@ def check(cfg: Any) -> None:
 
 def _check_units(cfg: Any) -> None:
     """Each ``loss.units`` entry is ``[module, lower tap, higher tap]`` within the network."""
-    n_modules, n_taps = len(cfg.model.dims), 2 + int(cfg.model.num_type2)
+    # EncapNet: input, Type I, Type II outputs; ResNet counterpart: input, its two blocks.
+    resnet = cfg.model.name not in ENCAPNETS
+    n_modules, n_taps = len(cfg.model.dims), 3 if resnet else 2 + int(cfg.model.num_type2)
     for unit in cfg.loss.units:
         ok = len(unit) == 3 and 1 <= unit[0] <= n_modules
         ok = ok and all(-n_taps <= t < n_taps for t in unit[1:])

@@ -23,6 +23,9 @@ every module, as the paper's Table 3 case 4).
 (``num_caps * dims`` = 64, 128, 256, 512) and strides, each stage two
 torchvision ``BasicBlock``s (ResNet-18's 1 + 16 + 1 layers), global average
 pooling and a linear classifier: same input and output shapes, scalar neurons.
+Its ``forward_taps`` gives each stage's input and block outputs, so the
+feedback units attach to it as to an EncapNet module (Table 3 cases a-b: the
+unit on ResNet, with a plain deconvolution generator).
 
 **Table 1 six-layer set** (paper Table 1; we build them on one layout so that
 the rows differ only in the layers that make the point): layer 1 is a 3x3
@@ -279,6 +282,8 @@ class EncapResNet(_ImageNet):
         super().__init__()
         self.in_chans, self.input_size = in_chans, input_size
         _feature_size(input_size, strides)
+        self.stem_channels, self.widths = stem_channels, tuple(widths)
+        self.strides, self.blocks_per_stage = tuple(strides), blocks_per_stage
         layers: list[nn.Module] = [_conv_bn_relu(in_chans, stem_channels)]
         cin = stem_channels
         for width, stride in zip(widths, strides, strict=True):
@@ -294,6 +299,35 @@ class EncapResNet(_ImageNet):
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(cin, num_classes)
         self.num_features = cin
+
+    def tap_shapes(self) -> list[list[tuple[int, int, int]]]:
+        """``(C, H, W)`` of every stage's taps (see :meth:`forward_taps`), without running it."""
+        shapes, cin, size = [], self.stem_channels, self.input_size
+        for width, stride in zip(self.widths, self.strides, strict=True):
+            out = (width, size // stride, size // stride)
+            shapes.append([(cin, size, size), *[out] * self.blocks_per_stage])
+            cin, size = width, size // stride
+        return shapes
+
+    def forward_taps(self, x: Tensor) -> tuple[Tensor, list[list[Tensor]]]:
+        """Logits and every stage's taps ``[input, block 1 out, block 2 out, ...]``.
+
+        The feedback units (paper section 3.2: "Our design of feedback agreement unit is not
+        limited to the capsule framework"; Table 3 cases a-b on ResNet) read a stage as
+        EncapNet's module: tap 0 is the stage input, tap ``i`` the output of its ``i``-th
+        ``BasicBlock`` (``-1``: the stage output).
+        """
+        self._check_input(x)
+        y = self.body[0](x)
+        blocks = iter(self.body[1:])
+        taps = []
+        for _ in self.widths:
+            stage = [y]
+            for _ in range(self.blocks_per_stage):
+                y = next(blocks)(y)
+                stage.append(y)
+            taps.append(stage)
+        return self.head(y.mean(dim=(2, 3))), taps
 
     def forward_features(self, x: Tensor) -> Tensor:
         """Globally pooled last feature map ``(B, num_features)``."""
