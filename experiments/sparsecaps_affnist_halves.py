@@ -29,9 +29,20 @@ from selfcaps.cli.config import load_yaml
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.sparsecaps import svm_metric
 
-FEATURES = {"v'": "svm_affnist_a_masked", "v": "svm_affnist_a_unmasked"}
+# feature name -> kind; values are read with svm_metric, so runs and halves.json files from
+# before the headline read v (svm_affnist_a_unmasked) give the same columns
+FEATURES = {"v'": "masked", "v": "unmasked"}
 PIXELS = "svm_affnist_a_pixels"
+
+
+def value(run: dict[str, float], name: str) -> float:
+    """Protocol (a)'s accuracy of feature ``name`` (``v`` or ``v'``) in a run's results."""
+    found = svm_metric(run, "affnist_a", FEATURES[name])
+    if found is None:
+        raise KeyError(f"no svm_affnist_a value for {name} in {sorted(run)}")
+    return found
 
 
 def recorded(run: Path, mode: str) -> dict[str, float] | None:
@@ -72,11 +83,10 @@ def table(results: dict[str, dict[str, dict[str, float]]], seeds: list[int]) -> 
     cols = ["halves", "sparse v'", "sparse v", "dense v", "sparse v' - dense", "sparse v - dense"]
     lines = ["| " + " | ".join([*cols, "pixels"]) + " |", "|" + "---|" * 7]
     for mode, runs in results.items():
-        dense = [runs[f"dense_seed{s}"][FEATURES["v"]] for s in seeds]
+        dense = [value(runs[f"dense_seed{s}"], "v") for s in seeds]
         cells = [mode]
-        per_feature = {
-            name: [runs[f"sparse_seed{s}"][key] for s in seeds] for name, key in FEATURES.items()
-        }
+        sparse = [runs[f"sparse_seed{s}"] for s in seeds]
+        per_feature = {name: [value(r, name) for r in sparse] for name in FEATURES}
         cells += [mean_sd(per_feature["v'"]), mean_sd(per_feature["v"]), mean_sd(dense)]
         for name in ("v'", "v"):
             cells.append(mean_sd([a - b for a, b in zip(per_feature[name], dense, strict=True)]))

@@ -8,7 +8,6 @@ from selfcaps.config_checks._expect import expect, one_of
 
 __all__ = [
     "AFFNIST_CHOICES",
-    "FEATURE_CHOICES",
     "FEATURE_KINDS",
     "HALVES_CHOICES",
     "SHIFT_ORDERS",
@@ -21,10 +20,9 @@ __all__ = [
 VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
 #: ``model.support``: how a capsule's support is computed (see ``models/sparsecaps.py``).
 SUPPORTS: tuple[str, ...] = ("paper", "chunk")
-#: The latent-capsule features the evaluation extracts.
+#: The latent-capsule features the evaluation extracts: ``unmasked`` (v) gives the
+#: headline ``svm_<protocol>``, ``masked`` (v' = m v) the ``svm_<protocol>_masked`` keys.
 FEATURE_KINDS = ("unmasked", "masked")
-#: ``eval.feature``: what the headline metrics use (``output``: v', the paper's).
-FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 #: ``eval.affnist``: which affNIST the transfer protocols use.
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 #: ``augment.shift_order``: one random shift per digit and epoch, or every shift in turn.
@@ -54,7 +52,6 @@ def check(cfg: Any) -> None:
         "0 <= min <= max <= 1",
         (m.boost_min_freq, m.boost_max_freq),
     )
-    one_of(cfg, "eval.feature", FEATURE_CHOICES)
     staircase = cfg.optim.get("staircase", True)
     expect(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
     one_of(cfg, "eval.affnist", AFFNIST_CHOICES)
