@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 import selfcaps
 from selfcaps.cli import main
 from selfcaps.cli.config import load_config, load_yaml
+from selfcaps.data import AffNISTLikeDataset
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.sparsecaps import SparseCaps
@@ -233,30 +234,46 @@ def test_config_errors_name_the_key(data_root, capsys):
 
 
 @pytest.mark.filterwarnings("ignore:affnist_like")
-def test_same_digits_halves_fit_on_redistorted_test_digits(data_root):
+@pytest.mark.parametrize(
+    ("mode", "fit_split"), [("same_digits", "test"), ("train_digits", "train")]
+)
+def test_generated_halves_fit_where_their_mode_says(data_root, mode, fit_split, monkeypatch):
     method = _method(
         ("model.variant", "dense"),
         ("data.train_subset", 32),
         ("eval.svm_max_train", 40),
         ("eval.affnist", "affnist_like"),
-        ("eval.affnist_halves", "same_digits"),
+        ("eval.affnist_halves", mode),
         ("eval.affnist_fit", 40),
         ("eval.affnist_test", 20),
     )
     method.cfg.data.root = data_root
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    encoded = []  # (split of the dataset, indices) of every affNIST encoding
+    encode = method._encode
+
+    def spy(ds, kinds, indices=None):
+        if isinstance(ds, AffNISTLikeDataset):
+            encoded.append((ds.split, list(indices)))
+        return encode(ds, kinds, indices)
+
+    monkeypatch.setattr(method, "_encode", spy)
     m = method.eval().evaluate(dm)
-    assert m["affnist_halves"] == "same_digits"
+    assert m["affnist_halves"] == mode
     assert (m["affnist_fit_images"], m["affnist_test_images"]) == (40, 20)
-    first, again = method._affnist_like(dm), method._affnist_like(dm, 1)
-    assert torch.equal(first.targets, again.targets)  # the same digits ...
-    assert not torch.equal(first.data[:20], again.data[:20])  # ... distorted anew
+    assert m["affnist_source"] == "affnist_like (32 versions of each mnist5k-test digit)"
+    (test_split, test), (split, fit) = encoded
+    assert test_split == "test" and split == fit_split and len(fit) == 40
+    if mode == "same_digits":  # the test images' digits (1,000 of them), other versions
+        assert {i % 1000 for i in fit} <= {i % 1000 for i in test}
+        assert not set(fit) & set(test)
 
 
 def test_same_digits_needs_generated_affnist(data_root, capsys):
     args = ["run", "sparsecaps", "--data", "mnist5k", "--data-root", data_root]
-    assert main([*args, "eval.affnist_halves=same_digits"]) == 2
-    err = capsys.readouterr().err
-    assert "eval.affnist" in err and "same_digits" in err
+    for mode in ("same_digits", "train_digits"):
+        assert main([*args, f"eval.affnist_halves={mode}"]) == 2
+        err = capsys.readouterr().err
+        assert "eval.affnist" in err and mode in err
     assert main([*args, "eval.affnist_halves=shuffled"]) == 2
     assert "eval.affnist_halves" in capsys.readouterr().err

@@ -29,7 +29,7 @@ AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 SHIFT_ORDERS = ("random", "exhaustive")
 #: ``eval.affnist_halves``: how protocol (a)'s fit and test images are drawn
 #: (:mod:`selfcaps.methods.affnist_halves`).
-HALVES_CHOICES = ("permutation", "file_order", "same_digits")
+HALVES_CHOICES = ("permutation", "file_order", "same_digits", "train_digits")
 
 
 def check(cfg: Any) -> None:
@@ -59,8 +59,8 @@ def check(cfg: Any) -> None:
     expect(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
     if "affnist_halves" in e:  # absent from configs saved before the key existed
         one_of(cfg, "eval.affnist_halves", HALVES_CHOICES)
-    if e.get("affnist_halves") == "same_digits":
-        expected = "affnist_like (same_digits redistorts the test digits)"
+    if e.get("affnist_halves") in ("same_digits", "train_digits"):
+        expected = f"affnist_like (eval.affnist_halves={e.affnist_halves} needs its known layout)"
         expect(e.affnist == "affnist_like", "eval.affnist", expected, e.affnist)
     expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
     if "shift_order" in a:

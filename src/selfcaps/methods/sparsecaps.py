@@ -49,10 +49,12 @@ applied after the fact, for ``supervised`` the longest capsule is kept.
 :func:`svm_metric` also reads ``metrics.json`` files written before this layout
 (``svm_<protocol>_unmasked`` and a headline chosen by ``eval.feature``). affNIST is
 the official test split under ``<root>/affNIST`` when present, else
-``affnist_like`` (MNIST test digits distorted with affNIST's published
-ranges); ``affnist_source`` says which. ``eval.svm_max_train`` caps the SVM
-training sets and ``eval.svm_max_test`` the MNIST test images (seeded random
-subsets are encoded), for CPU time.
+``affnist_like`` (32 random transformations of each MNIST test digit in affNIST's
+ranges, :mod:`selfcaps.data.affine`); ``affnist_source`` says which.
+``eval.affnist_test`` and ``eval.affnist_fit`` count images; how the two sets of
+protocol (a) are drawn is ``eval.affnist_halves`` (:mod:`~selfcaps.methods.affnist_halves`).
+``eval.svm_max_train`` caps the SVM training sets and ``eval.svm_max_test`` the MNIST
+test images (seeded random subsets are encoded), for CPU time.
 """
 
 from __future__ import annotations
@@ -64,13 +66,15 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
-from torch.utils.data import ConcatDataset, DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from selfcaps.caps import caps_length
 from selfcaps.config_checks.sparsecaps import FEATURE_KINDS
 from selfcaps.config_checks.sparsecaps import check as check_sparsecaps_config
 from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
 from selfcaps.data.affine import place_in_canvas
+from selfcaps.data.affnist import AffNISTLikeDataset
+from selfcaps.data.dataset import ImageDataset
 from selfcaps.data.shift_grid import ShiftGridDataset
 from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
@@ -400,7 +404,9 @@ class SparseCaps(CapsuleMethod):
     ) -> tuple[dict[str, Tensor], Tensor]:
         """Outputs ``kinds`` of :meth:`_outputs` over a dataset (or some of its items)."""
         _, eval_tf = self.build_transforms()
-        part = Subset(ds, indices) if indices is not None else ds
+        part: Dataset = ds
+        if indices is not None:  # affnist_like renders the chosen images in one call
+            part = ds.select(indices) if isinstance(ds, ImageDataset) else Subset(ds, indices)
         d = self.cfg.data
         loader = DataLoader(
             TransformDataset(part, eval_tf),
@@ -422,22 +428,23 @@ class SparseCaps(CapsuleMethod):
                 if choice == "affnist":
                     raise
                 warnings.warn(
-                    "affNIST files not found; evaluating on affnist_like (MNIST test digits "
-                    "distorted with affNIST's published ranges) instead",
+                    "affNIST files not found; evaluating on affnist_like (32 random "
+                    "transformations of each MNIST test digit in affNIST's ranges) instead",
                     stacklevel=2,
                 )
         ds = self._affnist_like(dm)
-        return ds, f"affnist_like (generated from {getattr(ds, 'source', '?')})"
+        return ds, f"affnist_like ({ds.versions} versions of each {ds.source} digit)"
 
-    def _affnist_like(self, dm: Any, distortion_seed: int = 0) -> Dataset:
-        """The generated affNIST test split with one distortion seed (0: the default images)."""
-        return get_dataset(
+    def _affnist_like(self, dm: Any, split: str = "test") -> AffNISTLikeDataset:
+        """The generated affNIST split: versions of the MNIST ``test`` or ``train`` digits."""
+        ds = get_dataset(
             "affnist_like",
             root=self.cfg.data.root,
-            split="test",
+            split="test" if split == "test" else "train_full",
             root_source=getattr(dm, "root_source", None),
-            distortion_seed=distortion_seed,
         )
+        assert isinstance(ds, AffNISTLikeDataset)
+        return ds
 
     def _subset(self, n_total: int, n: int | None, salt: int) -> list[int]:
         """A seeded random choice of ``n`` indices (sorted), all of them if ``n`` is None."""
@@ -471,20 +478,19 @@ class SparseCaps(CapsuleMethod):
         if e.affnist != "none":
             aff, metrics["affnist_source"] = self._affnist(dm)
             mode = str(e.get("affnist_halves", "permutation"))
+            aff_train = self._affnist_like(dm, "train") if mode == "train_digits" else None
             halves = affnist_halves(
                 len(aff),  # type: ignore[arg-type]
                 int(e.affnist_fit),
                 int(e.affnist_test),
                 mode,
                 max_train,
+                versions=getattr(aff, "versions", 1),
+                n_train=len(aff_train) if aff_train is not None else None,
             )
             af_te, af_te_y = self._encode(aff, [*kinds, "lengths", "ranks"], halves.test)
             self._affnist_ranks = af_te["ranks"].long()
-            fit_ds = aff
-            if halves.redistortions:
-                fit_ds = ConcatDataset(
-                    [self._affnist_like(dm, k + 1) for k in range(halves.redistortions)]
-                )
+            fit_ds = aff_train if aff_train is not None else aff
             af_fit, af_fit_y = self._encode(fit_ds, kinds, halves.fit)
             feats["affnist_a"] = ((af_fit, af_fit_y), (af_te, af_te_y))
             feats["affnist_b"] = ((tr, tr_y), (af_te, af_te_y))
