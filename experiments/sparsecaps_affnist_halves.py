@@ -8,7 +8,8 @@ re-runs the method's own evaluation on ``affnist_like`` once per
 ``eval.affnist_halves`` mode (:mod:`selfcaps.methods.affnist_halves`; a run whose
 ``metrics.json`` already used the mode is read, not re-run), and prints
 ``svm_affnist_a`` per feature, mean +- sd over seeds, and sparse - dense paired by
-seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md``.
+seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md`` (results already in
+``halves.json`` are kept: delete it after the stand-in changes).
 
 Example:
     python experiments/sparsecaps_affnist_halves.py LADDER/steps1687 --data-root DIR \
@@ -26,6 +27,7 @@ import torch
 from omegaconf import OmegaConf
 
 from selfcaps.cli.config import load_yaml
+from selfcaps.data.affine import AFFNIST_VERSIONS
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
@@ -49,7 +51,9 @@ def recorded(run: Path, mode: str) -> dict[str, float] | None:
     """The run's ``metrics.json`` values if its own evaluation already used ``mode``."""
     m = json.loads((run / "metrics.json").read_text())
     used = m.get("affnist_halves", "permutation")  # runs before the key existed: permutation
-    if used != mode or not str(m.get("affnist_source", "")).startswith("affnist_like"):
+    # only the current stand-in (32 versions per digit): older runs were evaluated on another
+    source = str(m.get("affnist_source", ""))
+    if used != mode or not source.startswith(f"affnist_like ({AFFNIST_VERSIONS} versions"):
         return None
     return {k: float(v) for k, v in m.items() if k.startswith("svm_affnist_a")}
 
