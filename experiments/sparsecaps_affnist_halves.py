@@ -8,7 +8,8 @@ re-runs the method's own evaluation on ``affnist_like`` once per
 ``eval.affnist_halves`` mode (:mod:`selfcaps.methods.affnist_halves`; a run whose
 ``metrics.json`` already used the mode is read, not re-run), and prints
 ``svm_affnist_a`` per feature, mean +- sd over seeds, and sparse - dense paired by
-seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md``.
+seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md`` (results already in
+``halves.json`` are kept: delete it after the stand-in changes).
 
 Example:
     python experiments/sparsecaps_affnist_halves.py LADDER/steps1687 --data-root DIR \
@@ -26,19 +27,33 @@ import torch
 from omegaconf import OmegaConf
 
 from selfcaps.cli.config import load_yaml
+from selfcaps.data.affine import AFFNIST_VERSIONS
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.sparsecaps import svm_metric
 
-FEATURES = {"v'": "svm_affnist_a_masked", "v": "svm_affnist_a_unmasked"}
+# feature name -> kind; values are read with svm_metric, so runs and halves.json files from
+# before the headline read v (svm_affnist_a_unmasked) give the same columns
+FEATURES = {"v'": "masked", "v": "unmasked"}
 PIXELS = "svm_affnist_a_pixels"
+
+
+def value(run: dict[str, float], name: str) -> float:
+    """Protocol (a)'s accuracy of feature ``name`` (``v`` or ``v'``) in a run's results."""
+    found = svm_metric(run, "affnist_a", FEATURES[name])
+    if found is None:
+        raise KeyError(f"no svm_affnist_a value for {name} in {sorted(run)}")
+    return found
 
 
 def recorded(run: Path, mode: str) -> dict[str, float] | None:
     """The run's ``metrics.json`` values if its own evaluation already used ``mode``."""
     m = json.loads((run / "metrics.json").read_text())
     used = m.get("affnist_halves", "permutation")  # runs before the key existed: permutation
-    if used != mode or not str(m.get("affnist_source", "")).startswith("affnist_like"):
+    # only the current stand-in (32 versions per digit): older runs were evaluated on another
+    source = str(m.get("affnist_source", ""))
+    if used != mode or not source.startswith(f"affnist_like ({AFFNIST_VERSIONS} versions"):
         return None
     return {k: float(v) for k, v in m.items() if k.startswith("svm_affnist_a")}
 
@@ -72,11 +87,10 @@ def table(results: dict[str, dict[str, dict[str, float]]], seeds: list[int]) -> 
     cols = ["halves", "sparse v'", "sparse v", "dense v", "sparse v' - dense", "sparse v - dense"]
     lines = ["| " + " | ".join([*cols, "pixels"]) + " |", "|" + "---|" * 7]
     for mode, runs in results.items():
-        dense = [runs[f"dense_seed{s}"][FEATURES["v"]] for s in seeds]
+        dense = [value(runs[f"dense_seed{s}"], "v") for s in seeds]
         cells = [mode]
-        per_feature = {
-            name: [runs[f"sparse_seed{s}"][key] for s in seeds] for name, key in FEATURES.items()
-        }
+        sparse = [runs[f"sparse_seed{s}"] for s in seeds]
+        per_feature = {name: [value(r, name) for r in sparse] for name in FEATURES}
         cells += [mean_sd(per_feature["v'"]), mean_sd(per_feature["v"]), mean_sd(dense)]
         for name in ("v'", "v"):
             cells.append(mean_sd([a - b for a, b in zip(per_feature[name], dense, strict=True)]))

@@ -43,27 +43,29 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from selfcaps.methods.sparsecaps import svm_key, svm_metric
+
 VARIANTS = ("sparse", "dense")
-# (label, variant, metrics key): the curves of the figure.
+# (label, variant, key of a row): the curves of the figure. Rows use the method's keys
+# (``svm_<protocol>`` = v, the headline; ``svm_<protocol>_masked`` = v' = m v), whichever
+# layout the run's metrics.json has (:func:`~selfcaps.methods.sparsecaps.svm_metric`).
+V, V_MASKED = "svm_affnist_a", "svm_affnist_a_masked"
 CURVES = (
-    ("sparse, v' = m v (paper, eq. 4)", "sparse", "svm_affnist_a_masked"),
-    ("sparse, v (reference code)", "sparse", "svm_affnist_a_unmasked"),
-    ("dense, v", "dense", "svm_affnist_a_unmasked"),
+    ("sparse, v (headline: section 2.3, reference code)", "sparse", V),
+    ("sparse, v' = m v (section 2.3.1, eq. 4)", "sparse", V_MASKED),
+    ("dense, v", "dense", V),
 )
 PIXELS = "svm_affnist_a_pixels"
-KEYS = (
-    "svm_mnist_masked",
-    "svm_mnist_unmasked",
-    "svm_mnist_pixels",
-    "svm_affnist_a_masked",
-    "svm_affnist_a_unmasked",
-    "svm_affnist_a_pixels",
-    "svm_affnist_b_masked",
-    "svm_affnist_b_unmasked",
-    "support_top1_share",
-    "winning_capsules",
-    "boost_max",
+# (protocol, feature kind) of the SVM columns of ladder.csv
+SVMS = tuple(
+    (protocol, kind)
+    for protocol in ("mnist", "affnist_a", "affnist_b")
+    for kind in ("unmasked", "masked", "pixels")
+    if (protocol, kind) != ("affnist_b", "pixels")
 )
+KEYS = ("support_top1_share", "winning_capsules", "boost_max")
+# (name, key of a row) of sparse's two features in the paired differences
+FEATURES = (("v", V), ("v'", V_MASKED))
 
 
 def run_dir(out: Path, steps: int, variant: str, seed: int) -> Path:
@@ -134,6 +136,7 @@ def collect(out: Path) -> list[dict[str, object]]:
             "steps_trained": m.get("steps"),
             "affnist_source": m.get("affnist_source"),
         }
+        row.update({svm_key(p, kind): svm_metric(m, p, kind) for p, kind in SVMS})
         row.update({k: m.get(k) for k in KEYS})
         rows.append(row)
     return rows
@@ -160,16 +163,16 @@ def summarise(rows: list[dict[str, object]]) -> dict[str, object]:
                 rung[label] = {"mean": mean, "sd": sd, "n": len(vals)}
         by_seed = {(r["variant"], r["seed"]): r for r in at}
         seeds = sorted({int(r["seed"]) for r in at})  # type: ignore[call-overload]
-        for kind in ("masked", "unmasked"):
+        for name, key in FEATURES:
             diffs = [
-                float(by_seed["sparse", s][f"svm_affnist_a_{kind}"])  # type: ignore[arg-type]
-                - float(by_seed["dense", s]["svm_affnist_a_unmasked"])  # type: ignore[arg-type]
+                float(by_seed["sparse", s][key])  # type: ignore[arg-type]
+                - float(by_seed["dense", s][V])  # type: ignore[arg-type]
                 for s in seeds
                 if ("sparse", s) in by_seed and ("dense", s) in by_seed
             ]
             if diffs:
                 mean, sd = _mean_sd(diffs)
-                rung[f"sparse ({kind}) - dense, paired"] = {"mean": mean, "sd": sd, "n": len(diffs)}
+                rung[f"sparse {name} - dense, paired"] = {"mean": mean, "sd": sd, "n": len(diffs)}
         rungs[str(steps)] = rung
     return rungs
 
@@ -214,7 +217,7 @@ def _cell(entry: object) -> str:
 
 def markdown(summary: dict[str, object]) -> str:
     """The summary as a markdown table: one row per rung, mean +/- sd over seeds."""
-    diffs = [f"sparse ({kind}) - dense, paired" for kind in ("masked", "unmasked")]
+    diffs = [f"sparse {name} - dense, paired" for name, _ in FEATURES]
     head = ["steps", "seeds", *(label for label, _, _ in CURVES), *diffs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for steps in sorted(int(s) for s in summary if s != "pixels"):
@@ -241,15 +244,14 @@ def compare(out: Path, baseline: Path) -> str:
     rows = collect(out)
     for steps, variant in sorted({(r["steps"], r["variant"]) for r in rows}):  # type: ignore[type-var]
         at = [r for r in rows if r["steps"] == steps and r["variant"] == variant]
-        for kind in ("masked", "unmasked"):
-            key = f"svm_affnist_a_{kind}"
+        for kind, key in FEATURES:
             same = [
                 float(r[key]) - float(base[steps, variant, r["seed"]][key])  # type: ignore[arg-type]
                 for r in at
                 if (steps, variant, r["seed"]) in base
             ]
             dense = [
-                float(r[key]) - float(base[steps, "dense", r["seed"]]["svm_affnist_a_unmasked"])  # type: ignore[arg-type]
+                float(r[key]) - float(base[steps, "dense", r["seed"]][V])  # type: ignore[arg-type]
                 for r in at
                 if (steps, "dense", r["seed"]) in base
             ]

@@ -114,3 +114,33 @@ def test_label_efficiency_table_with_every_label_pairs_finetuning_seeds(
     assert "| 2 |" not in out
     # differences 2, 1: mean 1.5, sd 0.7071; t(0.975, 1) = 12.706 -> 1.5 +- 6.35
     assert "| 61.00 +- 1.41 | 59.50 +- 2.12 | +1.50 [-4.85, +7.85] |" in out
+
+
+def test_sparsecaps_ladder_reads_both_metrics_layouts(tmp_path):
+    """A run from before the headline read v (svm_* = v', *_unmasked = v) and one after
+    (svm_* = v, *_masked = v') land in the same columns; paired differences by hand."""
+    spec = importlib.util.spec_from_file_location(
+        "sparsecaps_ladder", SCRIPT.with_name("sparsecaps_ladder.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = {  # (variant, seed): metrics.json
+        ("sparse", 0): {"svm_affnist_a": 36.0, "svm_affnist_a_masked": 36.0,
+                        "svm_affnist_a_unmasked": 62.0, "feature_kind": "masked"},
+        ("dense", 0): {"svm_affnist_a": 55.0, "svm_affnist_a_masked": 30.0,
+                       "svm_affnist_a_unmasked": 55.0, "feature_kind": "unmasked"},
+        ("sparse", 1): {"svm_affnist_a": 64.0, "svm_affnist_a_masked": 38.0},
+        ("dense", 1): {"svm_affnist_a": 56.0, "svm_affnist_a_masked": 31.0},
+    }  # fmt: skip
+    for (variant, seed), metrics in runs.items():
+        run = module.run_dir(tmp_path, 5061, variant, seed)
+        run.mkdir(parents=True)
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    rows = {(r["variant"], r["seed"]): r for r in module.collect(tmp_path)}
+    assert rows["sparse", 0]["svm_affnist_a"] == 62.0  # v, from the old layout's _unmasked
+    assert rows["sparse", 0]["svm_affnist_a_masked"] == 36.0
+    assert rows["sparse", 1]["svm_affnist_a"] == 64.0
+    rung = module.summarise(list(rows.values()))["5061"]
+    assert rung["sparse v - dense, paired"]["mean"] == 7.5  # (62 - 55 + 64 - 56) / 2
+    assert rung["sparse v' - dense, paired"]["mean"] == -18.5  # (36 - 55 + 38 - 56) / 2
+    assert rung["sparse, v (headline: section 2.3, reference code)"]["mean"] == 63.0

@@ -46,7 +46,7 @@ def test_a_bad_shared_value_is_refused_for_every_method(key, value):
         ("mcae", "eval.label_fraction", 0.0),
         ("sparsecaps", "model.variant", "desne"),
         ("sparsecaps", "model.mask_threshold", 1.0),
-        ("sparsecaps", "eval.feature", "capsule"),
+        ("sparsecaps", "eval.affnist", "official"),
         ("sparsecaps", "augment.canvas", 28),
         ("encapnet", "loss.epsilon", 0.0),
         ("encapnet", "model.name", "resnet18"),

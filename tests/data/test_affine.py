@@ -17,7 +17,13 @@ from selfcaps.data import (
     pad_to_canvas,
     sample_affnist_params,
 )
-from selfcaps.data.affine import ink_box
+from selfcaps.data.affine import (
+    AFFNIST_VERSIONS,
+    affine_matrices,
+    draw_affnist,
+    ink_box,
+    warp_digits,
+)
 from tests.data.formats import write_mnist
 
 
@@ -116,25 +122,112 @@ def test_canvas_translate_transform_in_v2_compose():
     assert all(torch.equal(a(img), b(img)) for _ in range(5))
 
 
-def test_affnist_like_from_mnist_files(tmp_path):
+def _hand_matrix(rotation_deg, shear, scale_x, scale_y):
+    """R(rotation) @ [[1, shear], [0, 1]] @ diag(scale_x, scale_y), multiplied out by loops."""
+    c, s = math.cos(math.radians(rotation_deg)), math.sin(math.radians(rotation_deg))
+    factors = ([[c, s], [-s, c]], [[1.0, shear], [0.0, 1.0]], [[scale_x, 0.0], [0.0, scale_y]])
+    out = [[1.0, 0.0], [0.0, 1.0]]
+    for f in factors:
+        out = [[sum(out[i][k] * f[k][j] for k in range(2)) for j in range(2)] for i in range(2)]
+    return out
+
+
+def test_affine_matrices_match_hand_computed_products():
+    # 30 degrees, shear 0.1, scales 0.9 / 1.1: c = 0.8660254, s = 0.5
+    # R @ Sh = [[c, c * 0.1 + s], [-s, -s * 0.1 + c]] = [[0.8660254, 0.5866025], [-0.5, 0.8160254]]
+    # @ diag(0.9, 1.1) = [[0.7794229, 0.6452628], [-0.45, 0.8976279]]
+    got = affine_matrices(torch.tensor([[30.0, 0.1, 0.9, 1.1]], dtype=torch.float64))[0]
+    expected = torch.tensor([[0.7794229, 0.6452628], [-0.45, 0.8976279]], dtype=torch.float64)
+    torch.testing.assert_close(got, expected, atol=1e-7, rtol=0)
+    g = torch.Generator().manual_seed(3)
+    params = torch.rand(50, 4, generator=g, dtype=torch.float64) * 2 - 0.5
+    by_hand = torch.tensor([_hand_matrix(*row) for row in params.tolist()], dtype=torch.float64)
+    torch.testing.assert_close(affine_matrices(params), by_hand)
+
+
+def test_warp_puts_a_source_point_at_a_p_plus_offset():
+    """One bright source pixel lands where the hand-computed A p + offset says."""
+    src = torch.zeros(1, 1, 28, 28)
+    src[0, 0, 9, 20] = 1.0  # p = (20 - 13.5, 9 - 13.5) = (6.5, -4.5) from the centre
+    a = _hand_matrix(-15.0, 0.2, 1.2, 0.8)
+    offset = (3.0, -2.0)
+    out = warp_digits(
+        src, torch.tensor([a], dtype=torch.float64), torch.tensor([offset], dtype=torch.float64)
+    )[0, 0]
+    rows, cols = torch.meshgrid(torch.arange(40.0), torch.arange(40.0), indexing="ij")
+    centroid = ((out * cols).sum() / out.sum() - 19.5, (out * rows).sum() / out.sum() - 19.5)
+    target = [a[i][0] * 6.5 + a[i][1] * -4.5 + offset[i] for i in range(2)]
+    assert centroid[0].item() == pytest.approx(target[0], abs=0.3)
+    assert centroid[1].item() == pytest.approx(target[1], abs=0.3)
+
+
+def test_affnist_like_holds_32_versions_of_every_digit(tmp_path):
     written = write_mnist(tmp_path, n_test=30)
     ds = AffNISTLikeDataset(tmp_path)  # default: the test split
-    assert ds.source == "mnist-test" and ds.data.shape == (30, 1, 40, 40)
-    assert ds.targets.tolist() == written["test"][1].tolist()
-    again = get_dataset("affnist_like", tmp_path, split="test")
-    assert torch.equal(again.data, ds.data)
-    assert (tmp_path / "cache").is_dir()  # generated once, cached
-    other = AffNISTLikeDataset(tmp_path, distortion_seed=1, cache=False)
-    assert not torch.equal(other.data, ds.data)
-    assert AffNISTLikeDataset(tmp_path, train=True).source == "mnist-train"
-    # the dataset equals the transform applied in index order
-    t = AffNISTLike(seed=0)
+    n = 30
+    assert ds.source == "mnist-test" and len(ds) == 32 * n and ds.versions == AFFNIST_VERSIONS
+    # transformation-major: image i is version i // 30 of digit i % 30
+    assert ds.targets.tolist() == written["test"][1].tolist() * 32
+    index = torch.arange(len(ds))
+    assert torch.equal(ds.draws.digit(index), index % n)
+    assert torch.equal(ds.draws.version(index), index // n)
+    # 32 different transformations of each digit
+    per_digit = ds.draws.params.reshape(32, n, 4)
+    assert all(len({tuple(v) for v in per_digit[:, j].tolist()}) == 32 for j in range(n))
+    # every image is its digit warped by its own hand-computed matrix and offset
     digits = torch.from_numpy(written["test"][0]).unsqueeze(1)
-    assert torch.equal(torch.stack([t(d) for d in digits]), ds.data)
+    for i in (0, 29, 30, 517, len(ds) - 1):
+        a = _hand_matrix(*ds.draws.params[i].tolist())
+        torch.testing.assert_close(ds.draws.matrices[i], torch.tensor(a, dtype=torch.float64))
+        by_hand = warp_digits(
+            digits[i % n : i % n + 1],
+            torch.tensor([a], dtype=torch.float64),
+            ds.draws.offsets[i : i + 1],
+        )[0]
+        assert torch.equal(ds[i][0], by_hand)
+    picked = [5, 900, 31]
+    chosen = ds.select(picked)
+    assert torch.equal(chosen.data, ds.data[picked]) and chosen.targets.tolist() == [
+        int(ds.targets[i]) for i in picked
+    ]
+    again = get_dataset("affnist_like", tmp_path, split="test")
+    assert torch.equal(again.data, ds.data)  # deterministic under the seed
+    assert not torch.equal(AffNISTLikeDataset(tmp_path, distortion_seed=1).data, ds.data)
+    train = AffNISTLikeDataset(tmp_path, train=True)
+    assert train.source == "mnist-train" and len(train) == 32 * 20  # write_mnist: 20 digits
+    with pytest.raises(IndexError, match=r"indices must lie in \[0, 960\)"):
+        ds.images(torch.tensor([960]))
+
+
+def test_affnist_like_draws_cover_the_ranges_and_keep_digits_whole(digits):
+    draws = draw_affnist(ink_box(digits), 32, torch.Generator().manual_seed(0))
+    assert draws.params.shape == (32 * len(digits), 4)
+    for column, (lo, hi) in enumerate(AFFNIST_RANGES.values()):
+        values = draws.params[:, column]
+        span = hi - lo  # uniform: within the range, both ends reached, the mean central
+        assert lo <= values.min() and values.max() <= hi
+        assert values.min() < lo + 0.01 * span and values.max() > hi - 0.01 * span
+        assert abs(values.mean().item() - (lo + hi) / 2) < 0.02 * span
+    # recovered from the matrices by hand: A = R Sh S gives a00 = c sx, a10 = -s sx, det = sx sy
+    a = draws.matrices
+    rotation = torch.rad2deg(torch.atan2(-a[:, 1, 0], a[:, 0, 0]))
+    torch.testing.assert_close(rotation, draws.params[:, 0])
+    torch.testing.assert_close(torch.hypot(a[:, 0, 0], a[:, 1, 0]), draws.params[:, 2])
+    det = a[:, 0, 0] * a[:, 1, 1] - a[:, 0, 1] * a[:, 1, 0]
+    torch.testing.assert_close(det, draws.params[:, 2] * draws.params[:, 3])
+    assert det.min() >= 0.64 and det.max() <= 1.44
+    # every version is placed whole: the 40x40 image is the middle of a wider canvas
+    pick = torch.arange(0, len(draws.params), 7)
+    src = digits[draws.digit(pick)]
+    inside = warp_digits(src, draws.matrices[pick], draws.offsets[pick], 40)
+    wide = warp_digits(src, draws.matrices[pick], draws.offsets[pick], 120)
+    assert torch.equal(wide[:, :, 40:80, 40:80], inside)
+    assert int(wide.sum()) == int(inside.sum())
+    assert draws.offsets.abs().max() < 20 and draws.offsets.std(dim=0).min() > 1.0
 
 
 def test_affnist_like_falls_back_to_mnist5k(tmp_path):
     with pytest.warns(UserWarning, match="distorting the 1000 mnist5k-test digits"):
         ds = AffNISTLikeDataset(tmp_path / "empty")
-    assert ds.source == "mnist5k-test" and len(ds) == 1000
-    assert torch.equal(ds.targets, MNIST5k(train=False).targets)
+    assert ds.source == "mnist5k-test" and len(ds) == 32 * 1000
+    assert torch.equal(ds.targets[:1000], MNIST5k(train=False).targets)

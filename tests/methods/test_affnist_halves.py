@@ -12,7 +12,7 @@ def test_permutation_is_the_fixed_seeded_draw_with_disjoint_halves():
     h = affnist_halves(1000, 300, 200, "permutation")
     assert h.test == sorted(order[:200].tolist())
     assert h.fit == sorted(order[200:500].tolist())
-    assert h.redistortions == 0 and not set(h.fit) & set(h.test)
+    assert h.fit_split == "test" and not set(h.fit) & set(h.test)
 
 
 def test_file_order_fits_on_the_first_images_and_tests_on_the_next():
@@ -28,14 +28,27 @@ def test_disjoint_modes_cap_the_sets(mode):
     assert len(affnist_halves(10, 100, 2, mode, max_fit=3).fit) == 3
 
 
-def test_same_digits_fits_on_the_test_digits_redistorted():
-    n = 50
-    h = affnist_halves(n, 25, 10, "same_digits")
+def test_same_digits_fits_on_the_other_versions_of_the_test_digits():
+    digits, versions = 100, 4  # image i: version i // 100 of digit i % 100
+    n = digits * versions
+    h = affnist_halves(n, 25, 10, "same_digits", versions=versions)
     assert h.test == affnist_halves(n, 25, 10, "permutation").test
-    assert h.redistortions == 3  # ceil(25 / 10) redistorted copies, copy k at offset k * n
-    assert h.fit == [k * n + i for k in range(3) for i in h.test][:25]
-    assert {i % n for i in h.fit} == set(h.test)
-    assert len(affnist_halves(n, 25, 10, "same_digits", max_fit=7).fit) == 7
+    assert len(h.fit) == len(set(h.fit)) == 25 and not set(h.fit) & set(h.test)
+    assert {i % digits for i in h.fit} == {i % digits for i in h.test}
+    # asked for more than there is: every image of a test digit that is not a test image
+    everything = affnist_halves(n, 10_000, 10, "same_digits", versions=versions)
+    by_hand = {i for i in range(n) if i % digits in {t % digits for t in h.test}} - set(h.test)
+    assert set(everything.fit) == by_hand and len(everything.fit) == len(by_hand)
+    assert everything.fit[:25] == h.fit  # the request cuts one fixed order
+    assert len(affnist_halves(n, 25, 10, "same_digits", 7, versions).fit) == 7
+
+
+def test_train_digits_fits_on_the_training_split():
+    order = torch.randperm(640, generator=torch.Generator().manual_seed(mix_seed(0xAFF7)))
+    h = affnist_halves(320, 50, 20, "train_digits", n_train=640)
+    assert h.fit_split == "train" and h.fit == sorted(order[:50].tolist())
+    assert h.test == affnist_halves(320, 50, 20, "permutation").test
+    assert len(affnist_halves(320, 50, 20, "train_digits", 30, n_train=640).fit) == 30
 
 
 def test_bad_requests_are_named():
@@ -43,3 +56,7 @@ def test_bad_requests_are_named():
         affnist_halves(10, 2, 2, "contiguous")
     with pytest.raises(ValueError, match="at least 2 images, got 1"):
         affnist_halves(1, 1, 1)
+    with pytest.raises(ValueError, match=r"same_digits needs .* got 100 images in 1 version"):
+        affnist_halves(100, 10, 10, "same_digits")
+    with pytest.raises(ValueError, match="train_digits needs the affNIST training split"):
+        affnist_halves(100, 10, 10, "train_digits")

@@ -4,11 +4,13 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
-from selfcaps.cli.config import load_config
+from selfcaps.cli.config import load_config, load_yaml
+from selfcaps.data import AffNISTLikeDataset
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.sparsecaps import SparseCaps
@@ -75,11 +77,11 @@ def test_metrics_have_the_three_protocols_per_kind(run_dir):
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m["epochs_trained"] == 2 and m["steps"] == 2 * (64 // 16)
     for protocol in ("mnist", "affnist_a", "affnist_b"):
-        for kind in ("unmasked", "masked"):
-            assert 0.0 <= m[f"svm_{protocol}_{kind}"] <= 100.0
-        # eval.feature=output: the paper's v' = m v (section 2.3.1) for the sparse variant
-        assert m[f"svm_{protocol}"] == m[f"svm_{protocol}_masked"]
-    assert m["variant"] == "sparse" and m["feature_kind"] == "masked"
+        # the headline reads v (section 2.3), v' = m v (eq. 4) is the second column
+        assert 0.0 <= m[f"svm_{protocol}"] <= 100.0
+        assert 0.0 <= m[f"svm_{protocol}_masked"] <= 100.0
+        assert f"svm_{protocol}_unmasked" not in m
+    assert m["variant"] == "sparse" and "feature_kind" not in m
     assert m["affnist_source"].startswith("affnist_like")
     assert m["affnist_fit_images"] == m["affnist_test_images"] == 100
     assert m["svm_train_mnist"] == 64  # train_subset is smaller than svm_max_train
@@ -88,6 +90,43 @@ def test_metrics_have_the_three_protocols_per_kind(run_dir):
     assert all(isinstance(v, int | float | str) for v in m.values())
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"val_loss", "val_recon", "train_loss", "recon", "boost_max"} <= set(header)
+
+
+def _codes(net, ds, canvas):
+    """v and v' = m v of every image of ``ds``, centred in the canvas (a plain loop)."""
+    v_all, masked_all, labels = [], [], []
+    for img, label in ds:
+        x = torch.zeros(1, 1, canvas, canvas)
+        top = (canvas - img.shape[-1]) // 2
+        x[0, :, top : top + img.shape[-2], top : top + img.shape[-1]] = img.float() / 255
+        v, psi = net.encode(x)
+        mask = net.feature_mask(v, net.rank(psi))
+        v_all.append(v.flatten(1))
+        masked_all.append((v * mask.unsqueeze(-1)).flatten(1))
+        labels.append(label)
+    return torch.cat(v_all).numpy(), torch.cat(masked_all).numpy(), labels
+
+
+@pytest.mark.filterwarnings("ignore:affnist_like")
+def test_headline_svm_reads_the_unmasked_capsules(run_dir, data_root):
+    """svm_mnist is sklearn's RBF SVM on v (section 2.3), svm_mnist_masked on v' = m v."""
+    from sklearn.svm import SVC
+
+    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
+    method = SparseCaps(cfg)
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)
+    method.load_state_dict(ckpt["state_dict"])
+    net = method.sparse_net.eval()
+    dm = SelfcapsDataModule(cfg, *method.build_transforms())
+    with torch.no_grad():
+        fit_v, fit_m, fit_y = _codes(net, dm.split("train"), 40)
+        test_v, test_m, test_y = _codes(net, dm.split("test"), 40)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    for feats, key in (((fit_v, test_v), "svm_mnist"), ((fit_m, test_m), "svm_mnist_masked")):
+        svc = SVC(C=100.0, gamma=0.1).fit(feats[0], fit_y)
+        expected = 100.0 * (svc.predict(feats[1]) == test_y).mean()
+        assert m[key] == pytest.approx(expected), key
+    assert m["svm_mnist"] != m["svm_mnist_masked"]  # the two features differ on this run
 
 
 def test_weights_load_without_lightning(run_dir):
@@ -171,8 +210,6 @@ def test_supervised_evaluation_and_figures_without_training(data_root):
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
     m = method.eval().evaluate(dm)
     assert m["variant"] == "supervised" and m["mask_nonzero"] == 1.0  # the longest capsule
-    assert m["feature_kind"] == "unmasked"  # output: CapsNet's layer outputs v
-    assert m["svm_affnist_a"] == m["svm_affnist_a_unmasked"]
     for key in ("capsnet_acc_mnist", "capsnet_acc_affnist", "svm_affnist_a_masked"):
         assert 0.0 <= m[key] <= 100.0
     assert m["svm_train_mnist"] == m["affnist_fit_images"] == m["affnist_test_images"] == 50
@@ -192,35 +229,51 @@ def test_config_errors_name_the_key(data_root, capsys):
     args = ["run", "sparsecaps", "--data", "mnist5k", "--data-root", data_root]
     assert main([*args, "augment.canvas=28"]) == 2
     assert "augment.canvas" in capsys.readouterr().err
-    assert main([*args, "eval.feature=pixels"]) == 2
-    assert "eval.feature" in capsys.readouterr().err
+    assert main([*args, "eval.feature=masked"]) == 2  # gone: both features are always reported
+    assert "unknown config key 'eval.feature'" in capsys.readouterr().err
 
 
 @pytest.mark.filterwarnings("ignore:affnist_like")
-def test_same_digits_halves_fit_on_redistorted_test_digits(data_root):
+@pytest.mark.parametrize(
+    ("mode", "fit_split"), [("same_digits", "test"), ("train_digits", "train")]
+)
+def test_generated_halves_fit_where_their_mode_says(data_root, mode, fit_split, monkeypatch):
     method = _method(
         ("model.variant", "dense"),
         ("data.train_subset", 32),
         ("eval.svm_max_train", 40),
         ("eval.affnist", "affnist_like"),
-        ("eval.affnist_halves", "same_digits"),
+        ("eval.affnist_halves", mode),
         ("eval.affnist_fit", 40),
         ("eval.affnist_test", 20),
     )
     method.cfg.data.root = data_root
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    encoded = []  # (split of the dataset, indices) of every affNIST encoding
+    encode = method._encode
+
+    def spy(ds, kinds, indices=None):
+        if isinstance(ds, AffNISTLikeDataset):
+            encoded.append((ds.split, list(indices)))
+        return encode(ds, kinds, indices)
+
+    monkeypatch.setattr(method, "_encode", spy)
     m = method.eval().evaluate(dm)
-    assert m["affnist_halves"] == "same_digits"
+    assert m["affnist_halves"] == mode
     assert (m["affnist_fit_images"], m["affnist_test_images"]) == (40, 20)
-    first, again = method._affnist_like(dm), method._affnist_like(dm, 1)
-    assert torch.equal(first.targets, again.targets)  # the same digits ...
-    assert not torch.equal(first.data[:20], again.data[:20])  # ... distorted anew
+    assert m["affnist_source"] == "affnist_like (32 versions of each mnist5k-test digit)"
+    (test_split, test), (split, fit) = encoded
+    assert test_split == "test" and split == fit_split and len(fit) == 40
+    if mode == "same_digits":  # the test images' digits (1,000 of them), other versions
+        assert {i % 1000 for i in fit} <= {i % 1000 for i in test}
+        assert not set(fit) & set(test)
 
 
 def test_same_digits_needs_generated_affnist(data_root, capsys):
     args = ["run", "sparsecaps", "--data", "mnist5k", "--data-root", data_root]
-    assert main([*args, "eval.affnist_halves=same_digits"]) == 2
-    err = capsys.readouterr().err
-    assert "eval.affnist" in err and "same_digits" in err
+    for mode in ("same_digits", "train_digits"):
+        assert main([*args, f"eval.affnist_halves={mode}"]) == 2
+        err = capsys.readouterr().err
+        assert "eval.affnist" in err and mode in err
     assert main([*args, "eval.affnist_halves=shuffled"]) == 2
     assert "eval.affnist_halves" in capsys.readouterr().err

@@ -1,10 +1,10 @@
 """SparseCaps method pieces checked against literal computations: figures' statistics,
-the headline feature kind, the reference code's smooth learning-rate decay."""
+the SVM metric keys, the reference code's smooth learning-rate decay."""
 
 import pytest
 import torch
 
-from selfcaps.methods.sparsecaps import rank_frequency, ranked_support
+from selfcaps.methods.sparsecaps import rank_frequency, ranked_support, svm_key, svm_metric
 from tests.methods.test_sparsecaps_e2e import _method
 
 
@@ -29,19 +29,17 @@ def test_rank_frequency_counts_each_capsule_at_each_rank_by_loop():
     torch.testing.assert_close(rank_frequency(ranks), expected)
 
 
-@pytest.mark.parametrize(
-    ("variant", "feature", "kind"),
-    [
-        ("sparse", "output", "masked"),  # section 2.3.1: v' replaces v for classification
-        ("dense", "output", "unmasked"),  # no mask in the dense network
-        ("supervised", "output", "unmasked"),
-        ("sparse", "unmasked", "unmasked"),  # the reference code's classifier
-        ("dense", "masked", "masked"),
-    ],
-)
-def test_headline_feature_kind(variant, feature, kind):
-    method = _method(("model.variant", variant), ("eval.feature", feature))
-    assert method.feature_kind == kind
+def test_svm_metric_reads_v_and_v_prime_in_both_layouts():
+    new = {"svm_affnist_a": 62.6, "svm_affnist_a_masked": 36.1, "svm_affnist_a_pixels": 46.8}
+    # before the headline read v: svm_<protocol> followed eval.feature (v' for sparse)
+    old = {"svm_affnist_a": 36.1, "svm_affnist_a_masked": 36.1, "svm_affnist_a_unmasked": 62.6}
+    for metrics in (new, old):
+        assert svm_metric(metrics, "affnist_a", "unmasked") == 62.6
+        assert svm_metric(metrics, "affnist_a", "masked") == 36.1
+    assert svm_metric(new, "affnist_a", "pixels") == 46.8
+    assert svm_metric(old, "affnist_a", "pixels") is None
+    assert svm_key("mnist", "unmasked") == "svm_mnist"
+    assert svm_key("mnist", "masked") == "svm_mnist_masked"
 
 
 def test_schedule_without_stairs_is_smooth_decay_with_floor():

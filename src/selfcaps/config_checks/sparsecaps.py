@@ -8,7 +8,6 @@ from selfcaps.config_checks._expect import expect, one_of
 
 __all__ = [
     "AFFNIST_CHOICES",
-    "FEATURE_CHOICES",
     "FEATURE_KINDS",
     "HALVES_CHOICES",
     "SHIFT_ORDERS",
@@ -21,17 +20,16 @@ __all__ = [
 VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
 #: ``model.support``: how a capsule's support is computed (see ``models/sparsecaps.py``).
 SUPPORTS: tuple[str, ...] = ("paper", "chunk")
-#: The latent-capsule features the evaluation extracts.
+#: The latent-capsule features the evaluation extracts: ``unmasked`` (v) gives the
+#: headline ``svm_<protocol>``, ``masked`` (v' = m v) the ``svm_<protocol>_masked`` keys.
 FEATURE_KINDS = ("unmasked", "masked")
-#: ``eval.feature``: what the headline metrics use (``output``: v', the paper's).
-FEATURE_CHOICES = ("output", *FEATURE_KINDS)
 #: ``eval.affnist``: which affNIST the transfer protocols use.
 AFFNIST_CHOICES = ("auto", "affnist", "affnist_like", "none")
 #: ``augment.shift_order``: one random shift per digit and epoch, or every shift in turn.
 SHIFT_ORDERS = ("random", "exhaustive")
 #: ``eval.affnist_halves``: how protocol (a)'s fit and test images are drawn
 #: (:mod:`selfcaps.methods.affnist_halves`).
-HALVES_CHOICES = ("permutation", "file_order", "same_digits")
+HALVES_CHOICES = ("permutation", "file_order", "same_digits", "train_digits")
 
 
 def check(cfg: Any) -> None:
@@ -54,7 +52,6 @@ def check(cfg: Any) -> None:
         "0 <= min <= max <= 1",
         (m.boost_min_freq, m.boost_max_freq),
     )
-    one_of(cfg, "eval.feature", FEATURE_CHOICES)
     staircase = cfg.optim.get("staircase", True)
     expect(isinstance(staircase, bool), "optim.staircase", "true or false", staircase)
     one_of(cfg, "eval.affnist", AFFNIST_CHOICES)
@@ -62,8 +59,8 @@ def check(cfg: Any) -> None:
     expect(e.affnist_test >= 1, "eval.affnist_test", "a number of images >= 1", e.affnist_test)
     if "affnist_halves" in e:  # absent from configs saved before the key existed
         one_of(cfg, "eval.affnist_halves", HALVES_CHOICES)
-    if e.get("affnist_halves") == "same_digits":
-        expected = "affnist_like (same_digits redistorts the test digits)"
+    if e.get("affnist_halves") in ("same_digits", "train_digits"):
+        expected = f"affnist_like (eval.affnist_halves={e.affnist_halves} needs its known layout)"
         expect(e.affnist == "affnist_like", "eval.affnist", expected, e.affnist)
     expect(a.max_shift >= 0, "augment.max_shift", "a shift >= 0", a.max_shift)
     if "shift_order" in a:

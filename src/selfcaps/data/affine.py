@@ -1,7 +1,11 @@
 """affNIST-style affine distortions of digits, and random placement in a larger canvas.
 
-affNIST (Tieleman, 2013) places each MNIST digit in a 40x40 canvas after a
-random affine transformation drawn uniformly from these published ranges:
+What the affNIST page (Tieleman, 2013) documents, and what :func:`draw_affnist` matches:
+each MNIST digit is placed in a 40x40 canvas after a random affine transformation, "32
+randomly chosen transformed versions of each original (a different 32 for each
+original)"; the test set transforms the 10,000 MNIST test digits (320,000 images), the
+training and validation sets the 60,000 MNIST training digits. The ranges, drawn
+uniformly and independently here, are the ones the page lists:
 
 =================  ===================
 rotation           -20 .. +20 degrees
@@ -11,13 +15,27 @@ vertical scale     0.8 .. 1.2
 translation        anywhere, as long as the whole digit stays in the 40x40 canvas
 =================  ===================
 
-Geometry used here (x to the right, y downwards, origin at the image centre):
-the linear part is ``A = R(rotation) @ [[1, shear], [0, 1]] @ diag(scale_x, scale_y)``
-with ``R`` a counter-clockwise rotation as seen on screen; a source point ``p``
-(relative to the 28x28 centre) lands at ``A p + offset`` relative to the canvas
-centre. Images are resampled bilinearly (``grid_sample``, zero padding).
-"Whole digit inside" means that the support of the bilinearly interpolated
-source (its ink box grown by one pixel) maps inside the canvas, so no ink is lost.
+(The stored copy of the page that this project's machines can read ends after its first
+paragraphs: the 40x40 canvas, the 32 versions per original and the splits were checked
+against it, the ranges were not.)
+
+What is ours where the page gives no rule (each a named difference from the official
+files, which are not on our machines):
+
+* **Composition.** The linear part is ``A = R(rotation) @ [[1, shear], [0, 1]] @
+  diag(scale_x, scale_y)`` (scale, then shear, then rotation), with ``R`` a
+  counter-clockwise rotation as seen on screen; x to the right, y downwards, origin at
+  the image centre. A source point ``p`` (relative to the 28x28 centre) lands at
+  ``A p + offset`` relative to the canvas centre.
+* **Translation.** The offset is uniform over the range that keeps the whole digit in
+  the canvas, each axis independently; "whole digit" means that the support of the
+  bilinearly interpolated source (its ink box grown by one pixel) maps inside the canvas,
+  so no ink is lost. A digit that fits nowhere is centred (not seen with these ranges).
+* **Resampling.** Bilinear (``grid_sample``, zero padding), rounded to uint8.
+* **Order of the images.** Transformation-major: image ``i`` is version ``i // N`` of
+  digit ``i % N`` (``N`` digits), so the first ``N`` images hold one version of every
+  digit. This is how the official batched files are laid out if batch ``k`` holds the
+  ``k``-th version of every original (32 batches of ``N`` images); the page does not say.
 
 :class:`AffNISTLike` (a transform) and :func:`pad_to_canvas` /
 :class:`RandomCanvasTranslate` (SparseCaps' training input: MNIST in a 40x40
@@ -27,7 +45,7 @@ and can be used inside ``torchvision.transforms.v2.Compose``.
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -36,15 +54,21 @@ from torch import Tensor
 
 __all__ = [
     "AFFNIST_RANGES",
+    "AFFNIST_VERSIONS",
+    "AffNISTDraws",
     "AffNISTLike",
     "AffineParams",
     "RandomCanvasTranslate",
     "affine_digit",
     "affine_digits",
+    "affine_matrices",
+    "draw_affnist",
     "ink_box",
+    "offset_ranges",
     "pad_to_canvas",
     "place_in_canvas",
     "sample_affnist_params",
+    "warp_digits",
 ]
 
 _CHUNK = 512  # images per grid_sample call (keeps the sampling grids in cache)
@@ -56,6 +80,10 @@ AFFNIST_RANGES = {
     "scale_x": (0.8, 1.2),
     "scale_y": (0.8, 1.2),
 }
+
+
+#: Transformed versions of each original digit in the official affNIST files.
+AFFNIST_VERSIONS = 32
 
 
 @dataclass(frozen=True)
@@ -78,10 +106,32 @@ class AffineParams:
 
     def matrix(self) -> tuple[tuple[float, float], tuple[float, float]]:
         """The linear part ``A = R @ Shear @ Scale`` as ``((a, b), (c, d))``."""
-        c, s = math.cos(math.radians(self.rotation_deg)), math.sin(math.radians(self.rotation_deg))
-        sx, sy, k = self.scale_x, self.scale_y, self.shear
-        # [[c, s], [-s, c]] @ [[1, k], [0, 1]] @ [[sx, 0], [0, sy]]
-        return (c * sx, (c * k + s) * sy), (-s * sx, (c - s * k) * sy)
+        fields = (self.rotation_deg, self.shear, self.scale_x, self.scale_y)
+        (a, b), (c, d) = affine_matrices(torch.tensor([fields], dtype=torch.float64))[0].tolist()
+        return (a, b), (c, d)
+
+
+def affine_matrices(params: Tensor) -> Tensor:
+    """The linear parts ``A = R(rotation) @ [[1, shear], [0, 1]] @ diag(scale_x, scale_y)``.
+
+    Args:
+        params: ``(M, 4)``: rotation in degrees (counter-clockwise on screen), shear,
+            scale_x, scale_y (the order of :data:`AFFNIST_RANGES`).
+
+    Returns:
+        ``(M, 2, 2)`` in ``params``' dtype, acting on ``(x, y)`` with y downwards.
+
+    Examples:
+        >>> affine_matrices(torch.tensor([[90.0, 0.5, 2.0, 3.0]]))[0].round(decimals=2).tolist()
+        [[-0.0, 3.0], [-2.0, -1.5]]
+    """
+    theta = torch.deg2rad(params[:, 0])
+    c, s = torch.cos(theta), torch.sin(theta)
+    k, sx, sy = params[:, 1], params[:, 2], params[:, 3]
+    # [[c, s], [-s, c]] @ [[1, k], [0, 1]] @ [[sx, 0], [0, sy]]
+    row0 = torch.stack([c * sx, (c * k + s) * sy], dim=-1)
+    row1 = torch.stack([-s * sx, (c - s * k) * sy], dim=-1)
+    return torch.stack([row0, row1], dim=-2)
 
 
 def sample_affnist_params(generator: torch.Generator | None = None) -> AffineParams:
@@ -126,16 +176,138 @@ def ink_box(images: Tensor) -> Tensor:
     return torch.stack([x0, x1, y0, y1], dim=1).double()
 
 
-def _offset_range(
-    box: tuple[float, float, float, float], params: AffineParams, canvas: int
-) -> tuple[tuple[float, float], tuple[float, float]]:
-    """``((dx_lo, dx_hi), (dy_lo, dy_hi))`` keeping the transformed support inside the canvas."""
-    x0, x1, y0, y1 = box[0] - 1, box[1] + 1, box[2] - 1, box[3] + 1  # bilinear support
-    (a, b), (c, d) = params.matrix()
-    xs = [a * x + b * y for x in (x0, x1) for y in (y0, y1)]
-    ys = [c * x + d * y for x in (x0, x1) for y in (y0, y1)]
+def offset_ranges(boxes: Tensor, matrices: Tensor, canvas: int) -> tuple[Tensor, Tensor]:
+    """The offsets that keep each transformed digit whole inside the canvas.
+
+    Args:
+        boxes: ``(M, 4)`` :func:`ink_box` of each source image.
+        matrices: ``(M, 2, 2)`` linear parts (:func:`affine_matrices`).
+        canvas: Canvas side.
+
+    Returns:
+        ``(lo, hi)``, each ``(M, 2)`` (x, y): the offset of image ``m`` keeps its
+        bilinear support (the ink box grown by one pixel) inside the canvas iff
+        ``lo[m] <= offset <= hi[m]``; ``lo > hi`` where no offset does.
+    """
+    x0, x1, y0, y1 = (boxes[:, i] + d for i, d in enumerate((-1.0, 1.0, -1.0, 1.0)))
+    corners = torch.stack(  # (M, 2, 4): the four corners of the support, as columns
+        [torch.stack([x, y]) for x in (x0, x1) for y in (y0, y1)], dim=-1
+    ).permute(1, 0, 2)
+    mapped = matrices.to(corners.dtype) @ corners  # (M, 2, 4)
     half = canvas / 2
-    return (-half - min(xs), half - max(xs)), (-half - min(ys), half - max(ys))
+    return -half - mapped.amin(dim=-1), half - mapped.amax(dim=-1)
+
+
+def _place(lo: Tensor, hi: Tensor, u: Tensor) -> Tensor:
+    """Offsets ``lo + u (hi - lo)``, or the middle of the range where ``lo > hi``."""
+    return torch.where(lo <= hi, lo + u * (hi - lo), (lo + hi) / 2)
+
+
+@dataclass(frozen=True)
+class AffNISTDraws:
+    """Random affNIST transformations of ``N`` digits, ``versions`` of each.
+
+    Row ``i`` describes image ``i``: version ``i // N`` of digit ``i % N``
+    (transformation-major, see the module docstring).
+
+    Attributes:
+        params: ``(M, 4)`` float64: rotation (degrees), shear, scale_x, scale_y.
+        matrices: ``(M, 2, 2)`` float64: the linear parts (:func:`affine_matrices`).
+        offsets: ``(M, 2)`` float64: ``(dx, dy)`` of the digit's centre from the canvas centre.
+        num_digits: ``N``.
+    """
+
+    params: Tensor
+    matrices: Tensor
+    offsets: Tensor
+    num_digits: int
+
+    def digit(self, index: Tensor) -> Tensor:
+        """The source digit of each image index."""
+        return index % self.num_digits
+
+    def version(self, index: Tensor) -> Tensor:
+        """Which of its digit's versions each image index is (``0 .. versions - 1``)."""
+        return index // self.num_digits
+
+
+def draw_affnist(
+    boxes: Tensor,
+    versions: int = AFFNIST_VERSIONS,
+    generator: torch.Generator | None = None,
+    canvas: int = 40,
+) -> AffNISTDraws:
+    """Draw ``versions`` random affNIST transformations of each of ``N`` digits (vectorised).
+
+    One ``torch.rand((versions * N, 6))`` call: columns 0-3 map linearly onto the
+    ranges of :data:`AFFNIST_RANGES`, columns 4-5 place the digit uniformly within
+    :func:`offset_ranges` (x, then y).
+
+    Args:
+        boxes: ``(N, 4)`` :func:`ink_box` of the digits.
+        versions: Transformed versions per digit (affNIST: 32).
+        generator: Source of randomness (seed it for the same draws every time).
+        canvas: Canvas side.
+
+    Returns:
+        The draws, ``versions * N`` rows in transformation-major order.
+
+    Examples:
+        >>> boxes = torch.tensor([[-3.0, 3.0, -9.0, 9.0]], dtype=torch.float64)
+        >>> d = draw_affnist(boxes, 32, torch.Generator().manual_seed(0))
+        >>> d.params.shape, d.offsets.shape, d.version(torch.tensor([31])).item()
+        (torch.Size([32, 4]), torch.Size([32, 2]), 31)
+    """
+    n = boxes.shape[0]
+    u = torch.rand((versions * n, 6), generator=generator, dtype=torch.float64)
+    bounds = torch.tensor(list(AFFNIST_RANGES.values()), dtype=torch.float64)  # (4, 2)
+    params = bounds[:, 0] + u[:, :4] * (bounds[:, 1] - bounds[:, 0])
+    matrices = affine_matrices(params)
+    lo, hi = offset_ranges(boxes.double().repeat(versions, 1), matrices, canvas)
+    return AffNISTDraws(params, matrices, _place(lo, hi, u[:, 4:]), n)
+
+
+@functools.lru_cache(maxsize=4)
+def _pixel_centres(canvas: int) -> Tensor:
+    """``(1, canvas * canvas, 2)``: the ``(x, y)`` of every pixel centre, from the canvas centre."""
+    centres = torch.arange(canvas, dtype=torch.float32) - (canvas - 1) / 2
+    qy, qx = torch.meshgrid(centres, centres, indexing="ij")
+    return torch.stack([qx, qy], dim=-1).reshape(1, -1, 2)
+
+
+def warp_digits(images: Tensor, matrices: Tensor, offsets: Tensor, canvas: int = 40) -> Tensor:
+    """Apply one affine map per image and place the results in a ``canvas`` square.
+
+    Output pixel ``q`` (relative to the canvas centre) reads the source at
+    ``A^{-1} (q - offset)`` (relative to the source centre), bilinearly, zero outside.
+
+    Args:
+        images: ``(N, C, H, W)``, uint8 or float.
+        matrices: ``(N, 2, 2)`` linear parts ``A`` (:func:`affine_matrices`).
+        offsets: ``(N, 2)`` ``(dx, dy)`` of the source centre from the canvas centre.
+        canvas: Output side length.
+
+    Returns:
+        ``(N, C, canvas, canvas)``, same dtype (uint8 is rounded and clamped).
+    """
+    N, C, H, W = images.shape
+    if matrices.shape != (N, 2, 2) or offsets.shape != (N, 2):
+        raise ValueError(
+            f"{N} images need matrices (N, 2, 2) and offsets (N, 2), "
+            f"got {tuple(matrices.shape)} and {tuple(offsets.shape)}"
+        )
+    inv = torch.linalg.inv(matrices.double()).float()
+    offset = offsets.float()
+    q = _pixel_centres(canvas)  # (1, P, 2)
+    to_unit = torch.tensor([2 / W, 2 / H])  # grid_sample's [-1, 1] coordinates
+    out = torch.empty(N, C, canvas, canvas, dtype=images.dtype)
+    for s in range(0, N, _CHUNK):
+        e = min(s + _CHUNK, N)
+        src = (q - offset[s:e, None]) @ inv[s:e].transpose(1, 2)  # A^{-1} (q - offset)
+        grid = (src * to_unit).reshape(e - s, canvas, canvas, 2)
+        warped = F.grid_sample(images[s:e].float(), grid, "bilinear", "zeros", align_corners=False)
+        out[s:e] = warped.round_().clamp_(0, 255) if images.dtype == torch.uint8 else warped
+    return out
 
 
 def affine_digits(images: Tensor, params: list[AffineParams], canvas: int = 40) -> Tensor:
@@ -149,23 +321,12 @@ def affine_digits(images: Tensor, params: list[AffineParams], canvas: int = 40) 
     Returns:
         ``(N, C, canvas, canvas)``, same dtype (uint8 is rounded and clamped).
     """
-    N, C, H, W = images.shape
-    if len(params) != N:
-        raise ValueError(f"{N} images but {len(params)} parameter sets")
-    inv = torch.linalg.inv(torch.tensor([p.matrix() for p in params], dtype=torch.float64)).float()
-    offset = torch.tensor([p.offset for p in params], dtype=torch.float32)  # (N, 2)
-    centres = torch.arange(canvas, dtype=torch.float32) - (canvas - 1) / 2
-    qy, qx = torch.meshgrid(centres, centres, indexing="ij")
-    q = torch.stack([qx, qy], dim=-1).reshape(1, -1, 2)  # output pixel centres (1, P, 2)
-    to_unit = torch.tensor([2 / W, 2 / H])  # grid_sample's [-1, 1] coordinates
-    out = torch.empty(N, C, canvas, canvas, dtype=images.dtype)
-    for s in range(0, N, _CHUNK):
-        e = min(s + _CHUNK, N)
-        src = (q - offset[s:e, None]) @ inv[s:e].transpose(1, 2)  # A^{-1} (q - offset)
-        grid = (src * to_unit).reshape(e - s, canvas, canvas, 2)
-        warped = F.grid_sample(images[s:e].float(), grid, "bilinear", "zeros", align_corners=False)
-        out[s:e] = warped.round_().clamp_(0, 255) if images.dtype == torch.uint8 else warped
-    return out
+    if len(params) != images.shape[0]:
+        raise ValueError(f"{images.shape[0]} images but {len(params)} parameter sets")
+    fields = [(p.rotation_deg, p.shear, p.scale_x, p.scale_y) for p in params]
+    matrices = affine_matrices(torch.tensor(fields, dtype=torch.float64).reshape(-1, 4))
+    offsets = torch.tensor([p.offset for p in params], dtype=torch.float64).reshape(-1, 2)
+    return warp_digits(images, matrices, offsets, canvas)
 
 
 def affine_digit(
@@ -235,13 +396,12 @@ class AffNISTLike:
     def draw(self, box: tuple[float, float, float, float]) -> AffineParams:
         """Draw the distortion for an image whose :func:`ink_box` is ``box``."""
         params = sample_affnist_params(self.generator)
-        u = torch.rand(2, generator=self.generator, dtype=torch.float64).tolist()
-        offset = tuple(
-            lo + ui * (hi - lo) if lo <= hi else (lo + hi) / 2
-            for ui, (lo, hi) in zip(u, _offset_range(box, params, self.canvas))
-        )
+        u = torch.rand(2, generator=self.generator, dtype=torch.float64)
+        matrix = torch.tensor([params.matrix()], dtype=torch.float64)
+        lo, hi = offset_ranges(torch.tensor([box], dtype=torch.float64), matrix, self.canvas)
+        dx, dy = _place(lo[0], hi[0], u).tolist()
         return AffineParams(
-            params.rotation_deg, params.shear, params.scale_x, params.scale_y, offset
+            params.rotation_deg, params.shear, params.scale_x, params.scale_y, (dx, dy)
         )
 
     def __call__(self, img: Tensor) -> Tensor:

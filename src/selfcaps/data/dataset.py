@@ -83,8 +83,20 @@ class ImageDataset(Dataset[tuple[Any, int]]):
         return int(self.targets.shape[0])
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        img = self.data[index]
+        img = self.image(index)
         return (self.transform(img) if self.transform else img), int(self.targets[index])
+
+    def image(self, index: int) -> Tensor:
+        """Image ``index`` as stored (uint8 ``(C, H, W)``), without the transform."""
+        return self.data[index]
+
+    def images(self, indices: Tensor) -> Tensor:
+        """Images ``indices`` as stored (uint8 ``(len(indices), C, H, W)``)."""
+        return self.data[indices]
+
+    def select(self, indices: Tensor | Sequence[int]) -> ImageDataset:
+        """Some images of this dataset, with its transform (a view: nothing is copied)."""
+        return DatasetSubset(self, torch.as_tensor(indices, dtype=torch.long), self.transform)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -187,11 +199,15 @@ class DatasetSubset(ImageDataset):
     @cached_property
     def data(self) -> Tensor:  # type: ignore[override]
         """The subset's images ``(len(self), C, H, W)`` (gathered on first access)."""
-        return self.dataset.data[self.indices]
+        return self.dataset.images(self.indices)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        img = self.dataset.data[self.indices[index]]
-        return (self.transform(img) if self.transform else img), int(self.targets[index])
+    def image(self, index: int) -> Tensor:
+        """Image ``index`` of the subset, read from the parent."""
+        return self.dataset.image(int(self.indices[index]))
+
+    def images(self, indices: Tensor) -> Tensor:
+        """Images ``indices`` of the subset, read from the parent."""
+        return self.dataset.images(self.indices[indices])
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

@@ -96,7 +96,8 @@ def _digits(
 
 
 _AFFNIST_NOTE = (
-    "measured by selfcaps on affnist_like's training split (distorted MNIST train, seed 0)"
+    "measured by selfcaps on affnist_like's training split (32 versions of each of the 60,000 "
+    "MNIST training digits, seed 0: 1,920,000 images)"
 )
 _REGISTRY: dict[str, _Entry] = {
     "mnist5k": _Entry(MNIST5k, _digits(
@@ -132,7 +133,8 @@ _REGISTRY: dict[str, _Entry] = {
     )),
     "affnist_like": _Entry(AffNISTLikeDataset, _digits(
         "affnist_like", 40, 0.0640, 0.2126,
-        "MNIST distorted with affNIST's published ranges into 40x40, generated deterministically",
+        "32 random affNIST transformations of every MNIST digit into 40x40 (320,000 test / "
+        "1,920,000 train images), generated deterministically, rendered on demand",
         _AFFNIST_NOTE,
     )),
     **{
