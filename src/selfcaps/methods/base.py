@@ -171,6 +171,16 @@ class CapsuleMethod(L.LightningModule):
         """Named features ``(B, D)`` of a batch of evaluation images (model in eval mode)."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def feature_kinds(self) -> list[str]:
+        """The names of :meth:`features`, in its order (one blank image, in eval mode)."""
+        was_training = self.training
+        self.eval()
+        try:
+            return list(self.features(self.example_input()))
+        finally:
+            self.train(was_training)
+
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Final evaluation on the test split; returns flat metrics (accuracies in percent)."""
         raise NotImplementedError
