@@ -95,6 +95,7 @@ def test_embed_bad_input_is_named(run_dir, tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.shared_data
 @pytest.mark.skipif(
     not (shared_data_dir() / "cifar10").is_dir(),
     reason="needs the CIFAR-10 files of ../shared/data (or SELFCAPS_SHARED_DATA)",

@@ -123,6 +123,7 @@ def test_without_compile_the_callables_are_the_network_own(monkeypatch):
     assert method.compiled(fn) is fn and method.net is method.network
 
 
+@pytest.mark.slow
 def test_real_compile_traces_the_loss(monkeypatch):
     """``torch.compile`` (eager backend: tracing, no code generation) sees CoCa's parameters."""
     torch.set_num_threads(1)

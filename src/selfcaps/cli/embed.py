@@ -102,8 +102,8 @@ def _check_out(out: Path) -> None:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Write the features of a dataset split computed by a trained run."""
-    _check_out(args.out)
     cfg, root_source = run_config(args)
+    _check_out(args.out)
     name = args.data or str(cfg.data.name)
     check_dataset_name(name)
 
