@@ -24,6 +24,8 @@ API_OBJECTS = {
     "losses": ("selfcaps.losses.NTXentLoss", "selfcaps.losses.SinkhornDivergence"),
     "eval": ("selfcaps.eval.knn_predict", "selfcaps.eval.finetune.finetune"),
     "data": ("selfcaps.data.get_dataset", "selfcaps.data.SimCLRTransform"),
+    "models": ("selfcaps.models.create_model", "selfcaps.models.weights.read_weights"),
+    "methods": ("selfcaps.methods.trained.load_run", "selfcaps.methods.base.CapsuleMethod"),
 }
 
 

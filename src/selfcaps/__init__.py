@@ -1,8 +1,8 @@
 """selfcaps: capsule networks that learn without labels.
 
-``selfcaps.create_model`` and ``selfcaps.list_models`` import the networks (and
-torch) on first use, so that ``import selfcaps`` and the command line's
-``--version`` / ``--help`` stay fast.
+``selfcaps.create_model``, ``selfcaps.list_models`` and ``selfcaps.load_run``
+import the networks (and torch) on first use, so that ``import selfcaps`` and the
+command line's ``--version`` / ``--help`` stay fast.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from selfcaps.methods.trained import load_run
     from selfcaps.models import create_model, list_models
 
-__all__ = ["__version__", "create_model", "list_models"]
+__all__ = ["__version__", "create_model", "list_models", "load_run"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from selfcaps import models
 
         return getattr(models, name)
+    if name == "load_run":
+        from selfcaps.methods.trained import load_run
+
+        return load_run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,6 +39,7 @@ COMMANDS = [
     ["run", "encapnet", "loss.iters=0"],
     ["run", "poe", "cd.decoder_rule=x"],
     ["eval", "no_such_run"],  # not a run directory
+    ["embed", "no_such_run", "--out", "f.npz"],  # not a run directory
     ["profile", "coca", "--preset", "fast"],
 ]
 

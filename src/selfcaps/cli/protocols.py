@@ -12,10 +12,10 @@ from omegaconf import DictConfig
 from selfcaps.cli.config import ConfigError
 from selfcaps.eval import finetune, linear_probe, svm_probe
 from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
-from selfcaps.methods import CapsuleMethod, get_method
+from selfcaps.methods import CapsuleMethod
 from selfcaps.methods.datamodule import SelfcapsDataModule, TransformDataset
 from selfcaps.methods.evaluation import collect_features, knn_metrics
-from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.trained import load_method
 
 __all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
 
@@ -33,10 +33,7 @@ def load_run(
         subset_seed: The run's seed when ``cfg.seed`` was changed for the evaluation
             (``--seed``): the training subset stays the run's.
     """
-    method = get_method(cfg.method)(cfg)
-    ckpt = load_checkpoint(args.run_dir / "checkpoints" / f"{args.checkpoint}.ckpt")
-    method.load_state_dict(ckpt["state_dict"])
-    method.eval()
+    method = load_method(args.run_dir, args.checkpoint, cfg)
     train_tf, eval_tf = method.build_transforms()
     dm = SelfcapsDataModule(
         method.cfg, train_tf, eval_tf, root_source=root_source, subset_seed=subset_seed
@@ -47,10 +44,7 @@ def load_run(
 def feature_kind(method: CapsuleMethod, requested: str | None) -> str:
     """The requested feature kind (default: the monitor feature), checked against the method."""
     kind = requested or method.monitor_feature
-    with torch.no_grad():
-        x = method.example_input()
-        method.eval()
-        available = list(method.features(x))
+    available = method.feature_kinds()
     if kind not in available:
         raise ConfigError(
             f"--feature: {kind!r} is not a feature of {method.name}; valid: {', '.join(available)}"

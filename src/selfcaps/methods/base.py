@@ -15,7 +15,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import lightning as L
 import torch
@@ -33,6 +33,9 @@ from selfcaps.methods.flags import CliFlag
 from selfcaps.methods.schedules import cosine_schedule
 
 __all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class NonFiniteError(FloatingPointError):
@@ -126,7 +129,7 @@ class CapsuleMethod(L.LightningModule):
         self.cfg = OmegaConf.create(plain)
         self.info = _dataset_info(self.cfg.data)
         self.net = self.build_network()
-        if self.cfg.trainer.compile:
+        if self.cfg.trainer.compile:  # forward only: see compiled() for the rest
             self.net = torch.compile(self.net)  # type: ignore[assignment]
         self.nonfinite_skipped = 0
         self._train_batches_seen = 0
@@ -171,6 +174,16 @@ class CapsuleMethod(L.LightningModule):
         """Named features ``(B, D)`` of a batch of evaluation images (model in eval mode)."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def feature_kinds(self) -> list[str]:
+        """The names of :meth:`features`, in its order (one blank image, in eval mode)."""
+        was_training = self.training
+        self.eval()
+        try:
+            return list(self.features(self.example_input()))
+        finally:
+            self.train(was_training)
+
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Final evaluation on the test split; returns flat metrics (accuracies in percent)."""
         raise NotImplementedError
@@ -193,6 +206,26 @@ class CapsuleMethod(L.LightningModule):
     def network(self) -> nn.Module:
         """The uncompiled network (what is saved and evaluated)."""
         return getattr(self.net, "_orig_mod", self.net)
+
+    def compiled(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn`` as the loss should call it: through ``torch.compile`` under ``trainer.compile``.
+
+        The constructor compiles :attr:`net`, which covers ``self.net(x)`` (its
+        ``forward``) only: ``self.net.other_method`` and anything reached through
+        :attr:`network` run uncompiled. A loss that calls another method of the network
+        (``self.network.forward_pretrain``), a submodule, or a function of the network's
+        parts calls it as ``self.compiled(fn)(...)``; each callable is compiled once.
+        Without ``trainer.compile``, ``fn`` itself is returned.
+
+        Args:
+            fn: A bound method, an ``nn.Module`` or a function.
+        """
+        if not self.cfg.trainer.compile:
+            return fn
+        cache: dict[Any, Any] = self.__dict__.setdefault("_compiled_calls", {})
+        if fn not in cache:
+            cache[fn] = torch.compile(fn)
+        return cache[fn]
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         """Loss with a non-finite guard: stop with a named error, or skip when configured."""

@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from selfcaps.viz.curves import ELAPSED_KEY
+from selfcaps.methods.metric_names import ELAPSED_KEY
 
 __all__ = ["ElapsedTime"]
 

@@ -243,7 +243,7 @@ class EncapNetMethod(CapsuleMethod):
         """Margin loss plus ``ot_weight`` times the feedback divergences."""
         x, y = batch
         if len(self.feedback):
-            out, taps = self.net.forward_taps(x)
+            out, taps = self.compiled(self.network.forward_taps)(x)
         else:
             out, taps = self.net(x), []
         scores = self.scores(out)
@@ -255,7 +255,7 @@ class EncapNetMethod(CapsuleMethod):
         if not len(self.feedback):
             return cls_loss, logs
         ot = sum(
-            unit(taps[m - 1][hi], taps[m - 1][lo])
+            self.compiled(unit)(taps[m - 1][hi], taps[m - 1][lo])
             for unit, (m, lo, hi) in zip(self.feedback, self.cfg.loss.units, strict=True)
         )
         weighted_ot = self.cfg.loss.ot_weight * ot

@@ -274,7 +274,7 @@ class MCAE(CapsuleMethod):
     def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """Masked-patch MSE of a training batch (masks from the global RNG, reseeded per epoch)."""
         x, _ = batch
-        out = self.mcae.forward_pretrain(x)
+        out = self.compiled(self.mcae.forward_pretrain)(x)
         return masked_patch_mse(out, self.cfg.loss.masked_only), {}
 
     def _fixed_mask_mse(self, x: Tensor, batch_idx: int) -> Tensor:

@@ -552,31 +552,33 @@ class PoE(CapsuleMethod):
         net, stage, cd = self.poe, self.stage, self.cfg.cd
         if stage == 1:
             net.ae.train()
-            recon = net.ae(x)
+            recon = self.compiled(net.ae)(x)
             loss = F.binary_cross_entropy(recon, x)
             if torch.isfinite(loss):
                 self.manual_backward(loss)
             return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
         net.ae.eval()
         with torch.no_grad():
-            code = net.ae.encode(x)
+            code = self.compiled(net.ae.encode)(x)
             if net.center and self.current_epoch == int(self.cfg.model.stage_epochs[0]):
                 self._observe_codes(code)
-            caps = net.code_to_capsules(code)
+            caps = self.compiled(net.code_to_capsules)(code)
             if stage == 2:
-                update, stats = encoder_cd_update(
+                update, stats = self.compiled(encoder_cd_update)(
                     net.encoder, caps, float(cd.sparsity), float(cd.sparsity_target)
                 )
                 param, loss = net.encoder.weight, stats["free_energy_gap"]
             else:
-                _, y, c = net.encoder.route(caps)
+                _, y, c = self.compiled(net.encoder.route)(caps)
                 if cd.decoder_rule == "reconstruction":
-                    update, stats = decoder_reconstruction_update(net.decoder, y, caps)
+                    update, stats = self.compiled(decoder_reconstruction_update)(
+                        net.decoder, y, caps
+                    )
                 else:
                     z_data = unsquash(caps) if cd.decoder_target == "code" else None
                     if z_data is None:  # "transpose": Algorithm 1's sum_j c_ij W_ij^T x_j
-                        z_data = net.encoder.transpose(y, c)
-                    update, stats = decoder_cd_update(net.decoder, y, z_data)
+                        z_data = self.compiled(net.encoder.transpose)(y, c)
+                    update, stats = self.compiled(decoder_cd_update)(net.decoder, y, z_data)
                 param, loss = net.decoder.weight, stats["recon_caps_mse"]
                 if self._hemisphere_sum is not None:
                     self._hemisphere_sum += y.sum(0).double()

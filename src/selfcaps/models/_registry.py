@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
@@ -69,20 +70,58 @@ def list_models(pattern: str = "*") -> list[str]:
     return sorted(n for n in _MODELS if fnmatch.fnmatch(n, pattern))
 
 
-def create_model(name: str, **kwargs: Any) -> nn.Module:
-    """Build a registered model by name.
+def create_model(
+    name: str,
+    pretrained: bool = False,
+    checkpoint_path: str | Path | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Build a registered model by name, optionally with trained weights (as timm does).
 
     Args:
         name: A name from :func:`list_models` (or a former name, see :func:`register_alias`).
+        pretrained: selfcaps publishes no weights to download: ``True`` needs
+            ``checkpoint_path``.
+        checkpoint_path: Trained weights to load (strictly): a run directory (its best
+            weights), a ``.safetensors`` file or a Lightning ``.ckpt``
+            (:func:`selfcaps.models.weights.read_weights`). The model's arguments default
+            to those in the weights' ``config.json``, when there is one; ``kwargs``
+            override them.
         **kwargs: Passed to the model's constructor.
 
     Returns:
-        The model.
+        The model (in training mode, as built).
 
     Raises:
-        ValueError: For an unknown name (the message lists the valid ones).
+        ValueError: An unknown name (the message lists the valid ones), or
+            ``pretrained=True`` without ``checkpoint_path``.
+        CheckpointError: Weights of another model, or a key or shape that does not fit
+            (:func:`selfcaps.models.weights.load_network_state`).
+
+    Examples:
+        >>> net = create_model("coca", in_chans=1)
+        >>> net.num_features > 0
+        True
     """
     name = _ALIASES.get(name, name)
     if name not in _MODELS:
         raise unknown_name_error("model", name, list(_MODELS))
-    return _MODELS[name](**kwargs)
+    if checkpoint_path is None:
+        if pretrained:
+            raise ValueError(
+                f"create_model({name!r}, pretrained=True): selfcaps publishes no weights to "
+                "download; pass checkpoint_path= a run directory, a .safetensors or a .ckpt file"
+            )
+        return _MODELS[name](**kwargs)
+    from selfcaps.models.weights import CheckpointError, load_network_state, read_weights
+
+    weights = read_weights(checkpoint_path)
+    saved = weights.model_config or {}
+    if saved and _ALIASES.get(saved["model"], saved["model"]) != name:
+        method = f" of a {saved['method']} run" if saved.get("method") else ""
+        raise CheckpointError(
+            f"{weights.path} holds the weights of model {saved['model']!r}{method}; "
+            f"create_model was asked for {name!r}"
+        )
+    net = _MODELS[name](**{**saved.get("model_kwargs", {}), **kwargs})
+    return load_network_state(net, weights.state_dict, weights.path)

@@ -17,12 +17,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from selfcaps.methods.metric_names import ELAPSED_KEY
 from selfcaps.viz.images import save_figure
 
 __all__ = ["COLUMNS_PER_ROW", "ELAPSED_KEY", "plot_against_minutes", "plot_training_curves"]
 
-#: The ``metrics.csv`` column of wall-clock minutes (:class:`selfcaps.methods.clock.ElapsedTime`).
-ELAPSED_KEY = "elapsed_min"
 #: Panels per row of the figure.
 COLUMNS_PER_ROW = 4
 _PHASE_KEYS = ("stage", "phase")

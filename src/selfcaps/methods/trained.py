@@ -1,0 +1,146 @@
+"""A run directory as a trained model, in one call: :func:`load_run` and :func:`load_method`.
+
+:func:`load_run` gives the network (``selfcaps.create_model``'s, in ``eval()``
+mode) with the run's resolved configuration; it imports Lightning only for a run
+without ``config.json`` (one that stopped before writing its weights), whose
+network arguments come from the method. :func:`load_method` gives the method's
+LightningModule (what ``selfcaps eval`` and ``selfcaps embed`` use: its
+``features`` and transforms).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import yaml
+from torch import nn
+
+from selfcaps.models import create_model
+from selfcaps.models.weights import (
+    CheckpointError,
+    load_checkpoint,
+    load_network_state,
+    read_weights,
+    run_weights_file,
+)
+
+if TYPE_CHECKING:
+    from selfcaps.methods.base import CapsuleMethod
+
+__all__ = ["LoadedRun", "load_method", "load_run", "run_config"]
+
+
+class LoadedRun(NamedTuple):
+    """What :func:`load_run` returns.
+
+    Attributes:
+        network: The trained network, in ``eval()`` mode.
+        config: The run's resolved configuration (``config.yaml``; ``{}`` without one).
+        model_config: ``model``, ``model_kwargs`` and ``method`` that rebuild the network
+            (``config.json``, or derived from ``config.yaml``).
+        weights: The file the weights were read from.
+    """
+
+    network: nn.Module
+    config: dict[str, Any]
+    model_config: dict[str, Any]
+    weights: Path
+
+
+def run_config(run_dir: Path | str) -> dict[str, Any]:
+    """The resolved configuration a run wrote (``config.yaml``); ``{}`` if there is none.
+
+    Raises:
+        CheckpointError: ``config.yaml`` is not a YAML mapping (named).
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: expected a mapping, got {type(cfg).__name__}")
+    return cfg
+
+
+def load_run(run_dir: Path | str, checkpoint: str = "best", method: str | None = None) -> LoadedRun:
+    """Load a run directory's trained network in one call.
+
+    Args:
+        run_dir: A directory written by ``selfcaps run`` / ``pretrain``.
+        checkpoint: ``best`` (``checkpoints/best.ckpt``, the weights the run evaluated
+            and exported; else ``model.safetensors``) or ``last``
+            (``checkpoints/last.ckpt``).
+        method: If given, the run must be of this method.
+
+    Returns:
+        The network in ``eval()`` mode, the run's configuration, the network's
+        arguments and the weights' file (:class:`LoadedRun`).
+
+    Raises:
+        CheckpointError: A missing or unreadable file, a run of another method, or
+            weights that do not fit the network (the key, expected vs got shape).
+
+    Examples:
+        >>> import selfcaps
+        >>> run = selfcaps.load_run("runs/coca_quick")  # doctest: +SKIP
+        >>> features = run.network.forward_features(images)  # doctest: +SKIP
+    """
+    run_dir = Path(run_dir)
+    weights_file = run_weights_file(run_dir, checkpoint)
+    config = run_config(run_dir)
+    weights = read_weights(weights_file)
+    model_config = weights.model_config or _model_config_of(run_dir, config)
+    found = model_config.get("method") or config.get("method")
+    if method is not None and found != method:
+        raise CheckpointError(f"{run_dir} is a {found!r} run, not a {method!r} run")
+    net = create_model(model_config["model"], **model_config.get("model_kwargs", {}))
+    load_network_state(net, weights.state_dict, weights.path)
+    return LoadedRun(net.eval(), config, model_config, weights.path)
+
+
+def _model_config_of(run_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """``config.json``'s content for a run that has none, from its method and ``config.yaml``."""
+    if not config.get("method"):
+        raise CheckpointError(
+            f"{run_dir} has neither config.json nor a config.yaml naming its method: "
+            "cannot tell which network the weights belong to"
+        )
+    from selfcaps.methods import get_method
+
+    built = get_method(config["method"])(config)
+    return {**built.model_config(), "method": built.name}
+
+
+def load_method(run_dir: Path | str, checkpoint: str = "best", cfg: Any = None) -> CapsuleMethod:
+    """The method (LightningModule) of a run directory with its weights, in ``eval()`` mode.
+
+    Args:
+        run_dir: A directory written by ``selfcaps run`` / ``pretrain``.
+        checkpoint: ``best`` or ``last``, as for :func:`load_run`. A Lightning checkpoint
+            restores the whole method (e.g. EncapNet's feedback units); ``model.safetensors``
+            (``best`` when the checkpoint is gone) restores the network.
+        cfg: The configuration to build the method with (default: the run's
+            ``config.yaml``), e.g. with ``data.root`` changed.
+
+    Raises:
+        CheckpointError: No ``config.yaml``, or a missing, unreadable or unfitting file.
+    """
+    from selfcaps.methods import get_method
+
+    run_dir = Path(run_dir)
+    cfg = run_config(run_dir) if cfg is None else cfg
+    if not cfg:
+        raise CheckpointError(
+            f"{run_dir} is not a run directory: {run_dir / 'config.yaml'} does not exist"
+        )
+    path = run_weights_file(run_dir, checkpoint)
+    method = get_method(cfg["method"])(cfg)
+    if path.suffix == ".ckpt":
+        method.load_state_dict(load_checkpoint(path)["state_dict"])
+    else:
+        load_network_state(method.network, read_weights(path).state_dict, path)
+    return method.eval()
