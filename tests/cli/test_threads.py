@@ -64,9 +64,7 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def test_apply_threads_null_uses_the_free_cores_and_says_so(
-    monkeypatch, capsys, torch_threads
-):
+def test_apply_threads_null_uses_the_free_cores_and_says_so(monkeypatch, capsys, torch_threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "_torch_default_threads", lambda: 4)
     monkeypatch.setattr(threads, "_allowed_cpus", lambda: 2)  # e.g. taskset: 2 of 4 cores
