@@ -79,3 +79,13 @@ def test_apply_threads_setting_wins_over_the_rule(monkeypatch, capsys, torch_thr
     monkeypatch.setattr(threads, "_load_average", lambda: 99.0)
     assert apply_threads({"threads": 2}) == 2 and torch.get_num_threads() == 2
     assert "threads: 2 (trainer.threads;" in capsys.readouterr().err
+
+
+def test_apply_threads_deterministic_ignores_the_load(monkeypatch, capsys, torch_threads):
+    """Sums depend on the thread count: a deterministic rerun must not depend on the load."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_torch_default_threads", lambda: 2)
+    monkeypatch.setattr(threads, "_allowed_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "_load_average", lambda: 1.7)
+    assert apply_threads({"threads": None, "deterministic": True}) == 2
+    assert "threads: 2 (deterministic: 2 cores whatever the load" in capsys.readouterr().err

@@ -8,17 +8,19 @@ free when it starts::
 where ``cores`` is the smaller of torch's default thread count (the physical cores) and the
 CPUs this process may run on, ``load`` the machine's one-minute load average and
 ``processes`` the training processes this machine starts (``trainer.devices`` on the CPU,
-else 1). Two threads on two cores while one other single-thread job runs make every
-parallel operator wait for the thread the kernel has descheduled: the step runs many times
-slower than on one thread (``benchmarks/threads_contention.py``). ``--threads N``
-(``trainer.threads``) or ``OMP_NUM_THREADS`` choose the count instead. The load average
-lags by about a minute: a job started seconds ago is not seen yet, one ended seconds ago
-still is.
+else 1). ``--threads N`` (``trainer.threads``) or ``OMP_NUM_THREADS`` choose the count
+instead. The load average lags by about a minute: a job started seconds ago is not seen
+yet, one ended seconds ago still is. A ``--deterministic`` run ignores the load
+(``load = 0``): some sums depend on the thread count, and its reruns must give the same
+bits whatever else is running.
 
 Unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``, the
 command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (:func:`passive_openmp`):
-an OpenMP thread waiting at a barrier then sleeps instead of spinning on a core another
-job could use.
+an OpenMP thread waiting at a barrier then sleeps instead of spinning on a core that
+another job needs, while the thread it waits for cannot run. With OpenMP's default
+(spinning) policy, two threads on two busy cores took several times the CPU and wall time
+of one thread per CoCa step; with the passive policy about the same
+(``benchmarks/threads_contention.py``, docs/benchmarks.md).
 
 Nothing here imports torch at module level: :func:`passive_openmp` must run before it.
 """
@@ -78,12 +80,22 @@ def _torch_default_threads() -> int:
     return torch.get_num_threads()
 
 
-def auto_threads(processes: int = 1) -> tuple[int, str]:
-    """The thread count of ``trainer.threads: null`` now, and why (imports torch)."""
+def auto_threads(processes: int = 1, use_load: bool = True) -> tuple[int, str]:
+    """The thread count of ``trainer.threads: null`` now, and why (imports torch).
+
+    Args:
+        processes: Training processes on this machine.
+        use_load: Leave the cores the load average says are busy (``False``: every core,
+            so that a ``--deterministic`` rerun has the same count, and the same bits,
+            whatever the machine's load).
+    """
     cores = max(1, min(_torch_default_threads(), _allowed_cpus()))
+    per = f" for each of {processes} processes" if processes > 1 else ""
+    if not use_load:
+        n = choose_threads(cores, 0.0, processes)
+        return n, f"deterministic{per}: {cores} cores whatever the load; --threads N to choose"
     load = _load_average()
     n = choose_threads(cores, load, processes)
-    per = f" for each of {processes} processes" if processes > 1 else ""
     return n, (
         f"automatic{per}: {cores} cores, one-minute load average {load:.1f}; --threads N to choose"
     )
@@ -108,7 +120,8 @@ def apply_threads(trainer: Mapping[str, Any]) -> int:
     """Set torch's thread count for a run's ``trainer`` section; print it; return it.
 
     ``trainer["threads"]`` if set, else ``OMP_NUM_THREADS``'s (torch reads it), else
-    :func:`auto_threads` with ``trainer["devices"]`` processes on the CPU.
+    :func:`auto_threads` with ``trainer["devices"]`` processes on the CPU (with
+    ``trainer["deterministic"]``: every core, whatever the load).
     """
     import torch
 
@@ -118,7 +131,8 @@ def apply_threads(trainer: Mapping[str, Any]) -> int:
         n, why = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
         cpu = trainer.get("accelerator", "cpu") == "cpu"
-        n, why = auto_threads(int(trainer.get("devices", 1)) if cpu else 1)
+        processes = int(trainer.get("devices", 1)) if cpu else 1
+        n, why = auto_threads(processes, use_load=not trainer.get("deterministic", False))
     torch.set_num_threads(n)
     policy = os.environ.get("OMP_WAIT_POLICY", "default").lower()
     print(f"threads: {n} ({why}; OpenMP wait policy {policy})", file=sys.stderr, flush=True)
