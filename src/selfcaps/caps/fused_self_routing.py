@@ -144,7 +144,7 @@ def weighted_vote_sum(u: Tensor, weight: Tensor, ca: Tensor) -> Tensor:
         ca: Coupling coefficients times child activations ``(N, M, B)``.
 
     Returns:
-        ``(M, D, B)``.
+        ``(M, D, B)``, in the widest dtype of the three (autocast is off inside).
     """
     N, C, B = u.shape
     if weight.shape[:2] != (N, C) or ca.shape[::2] != (N, B) or weight.shape[2] % ca.shape[1]:
@@ -152,7 +152,13 @@ def weighted_vote_sum(u: Tensor, weight: Tensor, ca: Tensor) -> Tensor:
             f"shape mismatch: u {tuple(u.shape)} (N, C, B), weight {tuple(weight.shape)} "
             f"(N, C, M*D), ca {tuple(ca.shape)} (N, M, B)"
         )
-    return _WeightedVoteSum.apply(u.contiguous(), weight.contiguous(), ca.contiguous())
+    # One dtype throughout (the products write into buffers): under autocast the poses may
+    # come in bfloat16 and the weight in float32; the sum then runs in float32.
+    dtype = torch.promote_types(torch.promote_types(u.dtype, weight.dtype), ca.dtype)
+    with torch.autocast(u.device.type, enabled=False):
+        return _WeightedVoteSum.apply(
+            u.to(dtype).contiguous(), weight.to(dtype).contiguous(), ca.to(dtype).contiguous()
+        )
 
 
 def fused_self_routing(

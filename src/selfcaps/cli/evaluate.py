@@ -104,7 +104,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="torch intra-op threads (default: the run's trainer.threads, else torch's default)",
+        help="torch intra-op threads (default: the run's trainer.threads, else the free cores)",
     )
     p.add_argument(
         "--no-progress",
@@ -182,14 +182,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
     # Every protocol reads the train and test splits: missing files are reported now.
     check_files_present(str(cfg.data.name), cfg.data.root, source)
-    import torch
-
     from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
+    from selfcaps.cli.threads import apply_threads
     from selfcaps.eval.progress import set_progress
 
     set_progress(not args.no_progress)
-    if threads is not None:
-        torch.set_num_threads(int(threads))
+    apply_threads({"threads": threads})  # else the free cores (cli/threads.py)
 
     run_seed = int(cfg.seed)
     reseeded = args.seed is not None and args.seed != run_seed

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from selfcaps import __version__
+from selfcaps.cli.threads import passive_openmp
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -139,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _quiet_third_party()
+    passive_openmp()  # before torch loads OpenMP: waiting threads sleep (cli/threads.py)
     try:
         return int(args.func(args) or 0)
     except Exception as e:

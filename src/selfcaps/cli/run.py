@@ -103,7 +103,7 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
     p.add_argument("--strategy", help="auto | ddp")
     p.add_argument("--precision", help="32-true | bf16-mixed | 16-mixed")
     p.add_argument("--accelerator", help="cpu | gpu | auto")
-    p.add_argument("--threads", type=int, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: the free cores)")
     p.add_argument("--num-workers", type=int, help="data loader workers")
     p.add_argument("--compile", action="store_true", help="torch.compile the network")
     p.add_argument(
@@ -292,6 +292,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     import lightning as L
     import torch
 
+    from selfcaps.cli.threads import apply_threads
     from selfcaps.eval.progress import note, set_progress
     from selfcaps.methods.datamodule import SelfcapsDataModule
     from selfcaps.methods.engine import build_trainer
@@ -302,8 +303,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         save_weights,
     )
 
-    if cfg.trainer.threads:
-        torch.set_num_threads(int(cfg.trainer.threads))
+    threads = apply_threads(cfg.trainer)  # trainer.threads, else the free cores (cli/threads.py)
     os.environ["SELFCAPS_OUT"] = str(out)  # inherited by DDP processes started by Lightning
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     method_cls = get_method(cfg.method)
@@ -367,6 +367,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         "torch_version": torch.__version__,
         "device": str(method.device),
         "world_size": int(world),
+        "threads": threads,
     }
     for cb in trainer.checkpoint_callbacks:  # restored from last.ckpt when resuming
         if getattr(cb, "monitor", None) == metric and cb.best_model_score is not None:
