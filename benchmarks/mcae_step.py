@@ -76,6 +76,7 @@ def make_steps(kwargs: dict, optim: Any, x: torch.Tensor, y: torch.Tensor) -> di
         "pretrain_readable": pretrain_readable,
         "finetune": finetune,
         "params": params,
+        "nets": {"pretrain": pre_net, "finetune": ft_net},
     }
 
 

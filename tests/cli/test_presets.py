@@ -31,6 +31,17 @@ def test_every_shipped_preset_loads(method, preset):
             "quick",
             {"data.train_subset", "trainer.epochs", "eval.label_fraction", "eval.finetune_epochs"},
         ),
+        # the paper's other datasets: their data and the width of their Table 2 cost
+        ("mcae", "paper_mnist", "paper", {"data.name", "model.dim"}),
+        ("mcae", "paper_fashion_mnist", "paper_mnist", {"data.name"}),
+        ("mcae", "paper_smallnorb", "paper", {"data.name", "model.dim"}),
+        (
+            "mcae",
+            "paper_imagenette",
+            "paper",
+            {"data.name", "data.image_size", "model.patch_size", "model.dim"},
+        ),
+        ("mcae", "paper_imagewoof", "paper_imagenette", {"data.name"}),
         # docs/methods/coca.md's 60-minute run: quick_cifar10 (batch 64) on the clock
         ("coca", "cifar10_1h", "quick_cifar10", {"trainer.epochs", "trainer.max_time"}),
     ],

@@ -12,6 +12,7 @@ from torchvision.transforms import v2
 
 from selfcaps.cli.config import load_config
 from selfcaps.eval import finetune
+from selfcaps.eval.profile import count_flops
 from selfcaps.methods.mcae import (
     MCAE,
     PerImageStandardize,
@@ -20,7 +21,12 @@ from selfcaps.methods.mcae import (
     finetune_param_groups,
     masked_patch_mse,
 )
-from selfcaps.models.mcae import MaskedReconstruction, MCAENet, random_masking
+from selfcaps.models.mcae import (
+    ConvMixerPrimaryCaps,
+    MaskedReconstruction,
+    MCAENet,
+    random_masking,
+)
 from tests.models.test_mcae_model import one_thread  # noqa: F401  (autouse fixture)
 
 
@@ -143,13 +149,70 @@ def test_image_folder_input_size_comes_from_the_preset():
      ("eval.finetune_epochs", 0, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim"),
      ("model.mask_ratio", "half", "model.mask_ratio"),
      ("eval.finetune_pretrained_lr_scale", "abc", "eval.finetune_pretrained_lr_scale"),
-     ("eval.finetune_pretrained_lr_scale", None, "eval.finetune_pretrained_lr_scale")],
+     ("eval.finetune_pretrained_lr_scale", None, "eval.finetune_pretrained_lr_scale"),
+     ("model.mask_mode", "zeros", "model.mask_mode: expected removed or pixels_zeroed")],
 )  # fmt: skip
 def test_validate_config_names_the_key(key, value, message):
     cfg = load_config("mcae", "quick")
     OmegaConf.update(cfg, key, value)
     with pytest.raises(ValueError, match=message):
         MCAE.validate_config(cfg)
+
+
+#: The paper's Table 2: the ConvMixer backbone's mFLOPs "to process one image", counted with
+#: fvcore (one multiply-add = one FLOP), by preset, with the dataset's image channels.
+TABLE_2 = {
+    "paper_mnist": (1, 0.5), "paper_fashion_mnist": (1, 0.5), "paper_smallnorb": (1, 2.0),
+    "paper": (3, 3.0), "paper_imagenette": (3, 13.0), "paper_imagewoof": (3, 13.0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", list(TABLE_2))
+def test_paper_presets_backbone_cost_is_table_2s(preset):
+    """The project's counter (2 FLOPs per multiply-add, convolutions only) against a count by
+    hand, then fvcore's conventions against the table: the table prints 0.5 and whole numbers,
+    so a count lands on its figure within half of the last printed digit. fvcore also counts
+    BatchNorm, 2 FLOPs per element in eval mode and 5 in training; each count lands, and the
+    eval-mode one is within 5% of the figure."""
+    cfg = load_config("mcae", preset)
+    chans, table = TABLE_2[preset]
+    m, size = cfg.model, _input_size(cfg)
+    mixer = ConvMixerPrimaryCaps(
+        chans, m.patch_size, m.dim, m.depth, m.kernel_size, m.primary_caps, m.caps_dim
+    ).mixer
+    norm_elements = []
+    for module in mixer.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.register_forward_hook(lambda _m, _i, out: norm_elements.append(out.numel()))
+    macs = count_flops(mixer.forward_features, torch.randn(1, chans, size, size)) / 2
+    positions = (size // m.patch_size) ** 2  # the stem embeds each patch; per block a k x k
+    stem = positions * m.dim * chans * m.patch_size**2  # depthwise and a 1x1 convolution
+    blocks = m.depth * positions * (m.dim * m.kernel_size**2 + m.dim * m.dim)
+    assert macs == stem + blocks
+    norm = sum(norm_elements)
+    assert norm == (1 + 2 * m.depth) * positions * m.dim
+    last_digit = 0.05 if table < 1 else 0.5
+    for count in (macs, macs + 2 * norm, macs + 5 * norm):
+        assert abs(count / 1e6 - table) < last_digit, (preset, count)
+    assert abs((macs + 2 * norm) / 1e6 - table) <= 0.05 * table
+
+
+def test_paper_presets_remove_masked_patches_and_quick_ones_zero_them():
+    """Section 3.1's masking for every paper preset; the measured quick presets keep theirs."""
+    for preset in TABLE_2:
+        assert load_config("mcae", preset).model.mask_mode == "removed"
+    for preset in ("quick", "cifar10_full", "cifar10_lf10"):
+        assert load_config("mcae", preset).model.mask_mode == "pixels_zeroed"
+
+
+def test_a_run_made_before_mask_mode_keeps_zeroing_pixels():
+    """A saved config.yaml without ``model.mask_mode`` (resumed runs) builds the former network."""
+    cfg = load_config("mcae", "quick", [("model.dim", 8), ("model.decoder_caps", 1)])
+    old = OmegaConf.create(OmegaConf.to_container(cfg))
+    del old.model["mask_mode"]
+    assert MCAE(old).mcae.backbone.mask_mode == "pixels_zeroed"
+    cfg.model.mask_mode = "removed"
+    assert MCAE(cfg).mcae.backbone.mask_mode == "removed"
 
 
 def test_finetune_selects_the_lowest_validation_loss():

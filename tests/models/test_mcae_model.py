@@ -1,5 +1,6 @@
 """MCAE's network: masking, patch order, leakage, decoder and classifier maths, shapes."""
 
+import copy
 import math
 
 import pytest
@@ -7,9 +8,12 @@ import torch
 
 import selfcaps
 from selfcaps.caps import SelfRouting1d
+from selfcaps.config_checks import mcae as config_checks_mcae
 from selfcaps.models.mcae import (
+    MASK_MODES,
     CapsuleDecoder,
     ClassCapsules,
+    Masking,
     MCAENet,
     gather_positions,
     patchify,
@@ -106,11 +110,14 @@ def test_convmixer_stem_is_a_patch_embedding():
         assert changed.nonzero().flatten().tolist() == [j]
 
 
-@pytest.mark.parametrize("backbone", ["convmixer", "vit"])
+@pytest.mark.parametrize(
+    ("backbone", "mask_mode"),
+    [("convmixer", "removed"), ("convmixer", "pixels_zeroed"), ("vit", "removed")],
+)
 @pytest.mark.parametrize("train", [True, False])
-def test_masked_patches_never_reach_visible_features(backbone, train):
+def test_masked_patches_never_reach_visible_features(backbone, mask_mode, train):
     """Rewriting every masked patch changes no visible position's encoder capsules."""
-    net = tiny(backbone=backbone).train(train)
+    net = tiny(backbone=backbone, mask_mode=mask_mode).train(train)
     x = torch.randn(4, 3, 32, 32)
     m = random_masking(4, 64, 0.5, generator=torch.Generator().manual_seed(0))
     pixels = m.mask.view(4, 1, 8, 8).repeat_interleave(4, 2).repeat_interleave(4, 3)
@@ -126,6 +133,72 @@ def test_masked_patches_never_reach_visible_features(backbone, train):
     z[0, :, 4 * r : 4 * r + 4, 4 * c : 4 * c + 4] += 1.0
     with torch.no_grad():
         assert not torch.equal(net.encode(z, m)[0], a[0])
+
+
+def cut_masking(batch, visible):
+    """A :class:`Masking` of the 8x8 grid keeping the positions where ``visible`` (8, 8) is True."""
+    mask = ~visible.flatten()
+    keep, masked = (~mask).nonzero().flatten(), mask.nonzero().flatten()  # row-major order
+    restore = torch.cat([keep, masked]).argsort()
+    return Masking(keep.expand(batch, -1), restore.expand(batch, -1), mask.expand(batch, -1))
+
+
+HALVES = {  # visible region of the 8x8 grid, and the pixels of a 32x32 image it covers
+    "left": ((slice(None), slice(0, 4)), (..., slice(0, 32), slice(0, 16))),
+    "top": ((slice(0, 4), slice(None)), (..., slice(0, 16), slice(0, 32))),
+}
+
+
+def visible_only(half):
+    rows_cols, pixels = HALVES[half]
+    visible = torch.zeros(8, 8, dtype=torch.bool)
+    visible[rows_cols] = True
+    return visible, pixels
+
+
+@pytest.mark.parametrize("half", list(HALVES))
+@pytest.mark.parametrize("train", [True, False])
+def test_removed_masking_is_the_network_on_the_visible_patches_alone(half, train):
+    """mask_mode="removed": the visible half's capsules and features are those of the same
+    network (timm's plain ConvMixer, primary capsules, encoder) run on that half of the image
+    cut out, in float64; BatchNorm statistics (train mode) included. The zeroed-pixel mode
+    differs: the embeddings of its zero patches reach the visible features."""
+    visible, pixels = visible_only(half)
+    x = torch.randn(4, 3, 32, 32, dtype=torch.float64)
+    m = cut_masking(4, visible)
+    outs = {}
+    for mode in ("removed", "pixels_zeroed"):
+        net = tiny(mask_mode=mode).double().train(train)
+        alone = copy.deepcopy(net)  # same weights and running statistics
+        with torch.no_grad():
+            outs[mode] = net.encode(x, m), alone.encode(x[pixels])
+    for got, want in zip(*outs["removed"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    zeroed, alone = outs["pixels_zeroed"]
+    assert not torch.allclose(zeroed[2], alone[2], rtol=1e-3, atol=1e-3)
+
+
+def test_removed_masking_per_sample_in_eval_mode():
+    """Each sample of a batch keeps its own visible region (eval mode: no batch statistics)."""
+    net = tiny().double().eval()
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    (left, left_px), (top, top_px) = visible_only("left"), visible_only("top")
+    a, b = cut_masking(1, left), cut_masking(1, top)
+    m = Masking(*(torch.cat([u, v]) for u, v in zip(a, b, strict=True)))
+    with torch.no_grad():
+        pose, act, feat = net.encode(x, m)
+        for i, px in ((0, left_px), (1, top_px)):
+            want = net.encode(x[i : i + 1][px])
+            for got, ref in zip((pose[i], act[i], feat[i]), want, strict=True):
+                torch.testing.assert_close(got, ref[0], rtol=1e-9, atol=1e-10)
+
+
+def test_mask_mode_is_checked_and_mirrored_by_the_config_check():
+    with pytest.raises(ValueError, match="mask_mode must be one of removed, pixels_zeroed"):
+        tiny(mask_mode="zeros")
+    with pytest.raises(ValueError, match="mask_mode"):
+        tiny(backbone="vit", mask_mode="zeros")
+    assert MASK_MODES == config_checks_mcae.MASK_MODES
 
 
 def test_encoder_is_point_wise():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["config_text", "default_preset", "list_presets"]
+__all__ = ["config_text", "default_preset", "list_presets", "paper_preset"]
 
 _CONFIG_PACKAGE = "selfcaps.configs"
 
@@ -38,5 +38,20 @@ def default_preset(method: str, dataset: str | None) -> str:
         >>> default_preset("coca", "cifar10"), default_preset("coca", "svhn")
         ('quick_cifar10', 'quick')
     """
-    special = f"quick_{dataset}"
-    return special if dataset and special in list_presets(method).get(method, []) else "quick"
+    return _for_dataset(method, "quick", dataset)
+
+
+def paper_preset(method: str, dataset: str | None) -> str:
+    """``paper_<dataset>`` if the method ships that preset (``mcae_paper_mnist``), else ``paper``.
+
+    Examples:
+        >>> paper_preset("mcae", "fashion_mnist"), paper_preset("mcae", "cifar10")
+        ('paper_fashion_mnist', 'paper')
+    """
+    return _for_dataset(method, "paper", dataset)
+
+
+def _for_dataset(method: str, base: str, dataset: str | None) -> str:
+    """``<base>_<dataset>`` if the method ships that preset, else ``base``."""
+    special = f"{base}_{dataset}"
+    return special if dataset and special in list_presets(method).get(method, []) else base

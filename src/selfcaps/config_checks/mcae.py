@@ -8,9 +8,11 @@ from selfcaps.config_checks._expect import check as check_key
 from selfcaps.config_checks._expect import one_of
 from selfcaps.config_checks.labels import label_suffix
 
-__all__ = ["BACKBONES", "SCHEDULERS", "check"]
+__all__ = ["BACKBONES", "MASK_MODES", "SCHEDULERS", "check"]
 
 BACKBONES = ("convmixer", "vit")
+#: ``model.mask_mode`` (selfcaps.models.mcae.MASK_MODES; repeated here to stay torch-free).
+MASK_MODES = ("removed", "pixels_zeroed")
 #: MCAE's phases support these of the shared schedulers.
 SCHEDULERS = ("none", "cosine")
 
@@ -23,6 +25,8 @@ def check(cfg: Any) -> None:
     """
     one_of(cfg, "model.backbone", BACKBONES, " or ".join(BACKBONES))
     check_key(cfg, "model.mask_ratio", lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)")
+    if "mask_mode" in cfg.model:  # runs made before the key: pixels_zeroed
+        one_of(cfg, "model.mask_mode", MASK_MODES, " or ".join(MASK_MODES))
     check_key(cfg, "eval.finetune_epochs", lambda v: v >= 1, ">= 1 (finetuning is the evaluation)")
     if "finetune_pretrained_lr_scale" in cfg.eval:  # runs made before the key: 1
         check_key(

@@ -227,6 +227,8 @@ class MCAE(CapsuleMethod):
         """Model name and kwargs, with the data's channels, classes and input size."""
         cfg = super().model_config()
         standardized = str(self.cfg.data.name).startswith("smallnorb")
+        # Runs made before `model.mask_mode` zeroed the masked pixels.
+        cfg["model_kwargs"].setdefault("mask_mode", "pixels_zeroed")
         cfg["model_kwargs"].update(
             in_chans=self.info.channels,
             num_classes=self.info.num_classes,

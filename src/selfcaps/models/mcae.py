@@ -21,12 +21,28 @@ and of :meth:`MCAENet.forward` (finetuning / classification)::
   into ``L = h * w`` positions (``l = row * w + col``, paper Fig. 2); capsules are
   ``(B, L, A, D)`` poses with ``(B, L, A)`` activations (``selfcaps.caps`` order).
 * **Backbones.** ``convmixer``: timm's ``ConvMixer`` (depth 4) whose stem is a
-  patch embedding with kernel = stride = patch size. A convolutional network
-  cannot drop positions, so the *pixels* of masked patches are set to zero (the
-  dataset mean after normalisation) before the backbone: nothing of a masked
-  patch's content reaches any feature, in train or eval mode (BatchNorm
-  statistics included). Primary capsules are ``1x1`` convolutions: poses
-  ``BN(conv(f))``, activations ``sigmoid(BN(conv(f)))`` (Hahn et al. 2019).
+  patch embedding with kernel = stride = patch size. Primary capsules are ``1x1``
+  convolutions: poses ``BN(conv(f))``, activations ``sigmoid(BN(conv(f)))``
+  (Hahn et al. 2019). How masked patches are kept out of it, ``mask_mode``:
+
+  - ``"removed"`` (default; section 3.1: masking "in the same way as in the Masked
+    Autoencoder", "removing all capsules at a specific location"): the masked
+    positions take no part in the computation, as if cut out of the image. The
+    stem embeds every patch on its own (section 3.4); its output is zeroed at the
+    masked positions, and so is every block's, so each depthwise convolution sums
+    over visible neighbours only (a masked neighbour counts as the zero padding at
+    the image's border: a sparse convolution on the visible positions), and every
+    BatchNorm in training mode takes its statistics over the visible positions
+    only. A visible position's features are then those of the same network run on
+    the visible patches alone (tested against timm's plain ConvMixer on the
+    visible half of an image).
+  - ``"pixels_zeroed"`` (ours, the former behaviour): the *pixels* of masked patches
+    are set to zero (the dataset mean after normalisation) before the backbone. No
+    masked *content* reaches a feature, but each zeroed patch is embedded like an
+    image patch and the ``kernel_size`` depthwise convolutions carry that embedding
+    into the visible features around it (and into the BatchNorm statistics): the
+    "replacing masked regions with 0's" that section 3.1 sets aside.
+
   ``vit``: timm's ViT blocks (depth 4, no class token) on patch tokens of width
   ``primary_caps * caps_dim``; masked tokens are removed *before* the blocks
   (MAE); a token is reshaped into the poses and ``sigmoid(Linear(token))`` gives
@@ -77,7 +93,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
 import torch
@@ -88,6 +104,7 @@ from selfcaps.caps.fused_self_routing import fused_self_routing
 from selfcaps.models._registry import register_model
 
 __all__ = [
+    "MASK_MODES",
     "CapsuleDecoder",
     "CapsuleEncoder",
     "ClassCapsules",
@@ -105,6 +122,8 @@ __all__ = [
 ]
 
 Backbone = Literal["convmixer", "vit"]
+MaskMode = Literal["removed", "pixels_zeroed"]
+MASK_MODES: tuple[str, ...] = ("removed", "pixels_zeroed")
 DecoderLinear = Literal["shared", "per_position"]
 Target = Literal["pixels", "normalized"]
 
@@ -216,6 +235,39 @@ def _pixel_mask(mask: Tensor, grid: tuple[int, int], patch_size: int) -> Tensor:
 
 
 # --------------------------------------------------------------------------- primary capsules
+def _check_mask_mode(mask_mode: str) -> None:
+    if mask_mode not in MASK_MODES:
+        raise ValueError(f"mask_mode must be one of {', '.join(MASK_MODES)}, got {mask_mode!r}")
+
+
+def _batch_norm_visible(bn: nn.Module, f: Tensor, visible: Tensor) -> Tensor:
+    """``bn(f)`` whose training statistics cover the visible positions only.
+
+    Args:
+        bn: A ``BatchNorm2d``.
+        f: ``(B, C, h, w)`` features.
+        visible: ``(B, h, w)`` bool, True at the positions that take part.
+
+    Returns:
+        ``(B, C, h, w)``; in training mode the masked positions hold 0. With running
+        statistics (eval mode) BatchNorm is element-wise and ``bn(f)`` is returned.
+    """
+    if not bn.training and getattr(bn, "running_mean", None) is not None:
+        return bn(f)
+    rows = f.permute(0, 2, 3, 1)[visible]  # (N visible, C)
+    rows = bn(rows[:, :, None, None]).flatten(1)  # statistics (and running ones) over N
+    out = f.new_zeros(f.shape[0], f.shape[2], f.shape[3], f.shape[1])
+    return out.index_put((visible,), rows).permute(0, 3, 1, 2)
+
+
+def _run_visible(layers: Iterable[nn.Module], f: Tensor, visible: Tensor) -> Tensor:
+    """Apply ``layers`` in order, BatchNorms through :func:`_batch_norm_visible`."""
+    for layer in layers:
+        norm = isinstance(layer, nn.BatchNorm2d)
+        f = _batch_norm_visible(layer, f, visible) if norm else layer(f)
+    return f
+
+
 class ConvMixerPrimaryCaps(nn.Module):
     """timm ``ConvMixer`` (patch-embedding stem) + point-wise primary capsules.
 
@@ -227,6 +279,9 @@ class ConvMixerPrimaryCaps(nn.Module):
         kernel_size: Depthwise kernel of the blocks.
         primary_caps: Capsules per position ``A``.
         caps_dim: Pose dimension ``D``.
+        mask_mode: ``"removed"`` (masked positions take no part, the paper's section
+            3.1) or ``"pixels_zeroed"`` (ours: masked pixels set to 0 before the
+            backbone); see the module docstring.
     """
 
     def __init__(
@@ -238,8 +293,10 @@ class ConvMixerPrimaryCaps(nn.Module):
         kernel_size: int,
         primary_caps: int,
         caps_dim: int,
+        mask_mode: MaskMode = "removed",
     ) -> None:
         super().__init__()
+        _check_mask_mode(mask_mode)
         from timm.models.convmixer import ConvMixer  # timm imports all its models: lazily
 
         self.mixer = ConvMixer(
@@ -250,14 +307,44 @@ class ConvMixerPrimaryCaps(nn.Module):
             primary_caps * caps_dim))  # fmt: skip
         self.act = nn.Sequential(nn.Conv2d(dim, primary_caps, 1), nn.BatchNorm2d(primary_caps))
         self.patch_size, self.primary_caps, self.caps_dim = patch_size, primary_caps, caps_dim
+        self.mask_mode = mask_mode
         self.num_features = dim
 
+    def _grid(self, x: Tensor) -> tuple[int, int]:
+        """``(h, w)`` positions of the feature map of images ``x``."""
+        return x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size
+
+    def _visible(self, x: Tensor, masking: Masking) -> Tensor:
+        """``(B, h, w)`` bool: True at the visible positions."""
+        return ~masking.mask.view(x.shape[0], *self._grid(x))
+
+    def _features_removed(self, x: Tensor, visible: Tensor) -> Tensor:
+        """The ConvMixer on the visible positions only (``mask_mode="removed"``).
+
+        Features are zeroed at the masked positions after the stem and after every
+        block, so the depthwise convolutions read zeros there (a sparse convolution on
+        the visible positions); BatchNorm statistics cover the visible positions only.
+        """
+        keep = visible.unsqueeze(1).to(x.dtype)
+        mixer = self.mixer
+        f = _run_visible(mixer.stem, x, visible) * keep
+        for block in mixer.blocks:  # Residual(depthwise, GELU, BN), 1x1 conv, GELU, BN
+            residual, *pointwise = block
+            f = _run_visible(residual.fn, f, visible) + f  # depthwise reads zeros where masked
+            f = _run_visible(pointwise, f, visible) * keep  # point-wise: zero the masked again
+        return f
+
     def features(self, x: Tensor, masking: Masking | None) -> Tensor:
-        """The backbone feature map ``(B, dim, h, w)``; masked patches are zeroed first."""
-        if masking is not None:
-            grid = (x.shape[-2] // self.patch_size, x.shape[-1] // self.patch_size)
-            x = x * (1.0 - _pixel_mask(masking.mask, grid, self.patch_size).to(x.dtype))
-        return self.mixer.forward_features(x)
+        """The backbone feature map ``(B, dim, h, w)``, masked as ``mask_mode`` says.
+
+        With ``mask_mode="removed"`` the masked positions of the map hold 0.
+        """
+        if masking is None:
+            return self.mixer.forward_features(x)
+        if self.mask_mode == "removed":
+            return self._features_removed(x, self._visible(x, masking))
+        pixels = _pixel_mask(masking.mask, self._grid(x), self.patch_size)
+        return self.mixer.forward_features(x * (1.0 - pixels.to(x.dtype)))
 
     def forward(self, x: Tensor, masking: Masking | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(poses (B, K, A, D), activations (B, K, A), backbone (B, K, dim))`` of kept positions.
@@ -266,8 +353,13 @@ class ConvMixerPrimaryCaps(nn.Module):
         """
         f = self.features(x, masking)
         B = f.shape[0]
-        pose = self.pose(f).flatten(2).transpose(1, 2)  # (B, L, A*D)
-        act = torch.sigmoid(self.act(f)).flatten(2).transpose(1, 2)  # (B, L, A)
+        if masking is not None and self.mask_mode == "removed":
+            visible = self._visible(x, masking)
+            pose, act = _run_visible(self.pose, f, visible), _run_visible(self.act, f, visible)
+        else:
+            pose, act = self.pose(f), self.act(f)
+        pose = pose.flatten(2).transpose(1, 2)  # (B, L, A*D)
+        act = torch.sigmoid(act).flatten(2).transpose(1, 2)  # (B, L, A)
         feat = f.flatten(2).transpose(1, 2)
         if masking is not None:
             pose, act, feat = (gather_positions(t, masking.ids_keep) for t in (pose, act, feat))
@@ -532,6 +624,10 @@ class MCAENet(nn.Module):
         decoder_linear: ``"shared"`` (the paper's single linear layer) or
             ``"per_position"`` (ours), see :class:`CapsuleDecoder`.
         mask_ratio: Default fraction of masked positions in :meth:`forward_pretrain`.
+        mask_mode: How the ConvMixer keeps masked patches out: ``"removed"`` (the
+            paper's section 3.1: they take no part in the computation) or
+            ``"pixels_zeroed"`` (ours: their pixels are zeroed before the backbone);
+            see the module docstring. The ViT always removes masked tokens.
         target: What the decoder regresses: ``"pixels"`` (paper eq. 4, "the actual pixel
             values": the input with the normalisation ``x * pixel_std + pixel_mean``
             undone) or ``"normalized"`` (ours: the network's normalised input).
@@ -568,6 +664,7 @@ class MCAENet(nn.Module):
         decoder_dim: int = 16,
         decoder_linear: DecoderLinear = "shared",
         mask_ratio: float = 0.5,
+        mask_mode: MaskMode = "removed",
         target: Target = "pixels",
         pixel_mean: Sequence[float] | None = None,
         pixel_std: Sequence[float] | None = None,
@@ -596,9 +693,10 @@ class MCAENet(nn.Module):
         self.backbone: ConvMixerPrimaryCaps | ViTPrimaryCaps
         if backbone == "convmixer":
             self.backbone = ConvMixerPrimaryCaps(
-                in_chans, patch_size, dim, depth, kernel_size, primary_caps, caps_dim
+                in_chans, patch_size, dim, depth, kernel_size, primary_caps, caps_dim, mask_mode
             )
         elif backbone == "vit":
+            _check_mask_mode(mask_mode)
             self.backbone = ViTPrimaryCaps(
                 img_size, in_chans, patch_size, depth, num_heads, primary_caps, caps_dim
             )
