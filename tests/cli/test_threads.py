@@ -64,12 +64,12 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def test_apply_threads_null_uses_the_free_cores_and_says_so(monkeypatch, capsys, torch_threads):
+def test_apply_threads_auto_uses_the_free_cores_and_says_so(monkeypatch, capsys, torch_threads):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "_torch_default_threads", lambda: 4)
     monkeypatch.setattr(threads, "_allowed_cpus", lambda: 2)  # e.g. taskset: 2 of 4 cores
     monkeypatch.setattr(threads, "_load_average", lambda: 1.2)
-    assert apply_threads({"threads": None, "accelerator": "cpu", "devices": 1}) == 1
+    assert apply_threads({"threads": "auto", "accelerator": "cpu", "devices": 1}) == 1
     assert torch.get_num_threads() == 1
     err = capsys.readouterr().err
     assert "threads: 1 (automatic: 2 cores, one-minute load average 1.2" in err
@@ -81,11 +81,12 @@ def test_apply_threads_setting_wins_over_the_rule(monkeypatch, capsys, torch_thr
     assert "threads: 2 (trainer.threads;" in capsys.readouterr().err
 
 
-def test_apply_threads_deterministic_ignores_the_load(monkeypatch, capsys, torch_threads):
-    """Sums depend on the thread count: a deterministic rerun must not depend on the load."""
+def test_apply_threads_default_ignores_the_load(monkeypatch, capsys, torch_threads):
+    """Sums depend on the thread count: the default must not depend on the load."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "_torch_default_threads", lambda: 2)
     monkeypatch.setattr(threads, "_allowed_cpus", lambda: 2)
     monkeypatch.setattr(threads, "_load_average", lambda: 1.7)
+    assert apply_threads({"threads": None}) == 2
     assert apply_threads({"threads": None, "deterministic": True}) == 2
-    assert "threads: 2 (deterministic: 2 cores whatever the load" in capsys.readouterr().err
+    assert "threads: 2 (every core: 2 cores whatever the load" in capsys.readouterr().err

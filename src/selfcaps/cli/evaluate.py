@@ -104,7 +104,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="torch intra-op threads (default: the run's trainer.threads, else the free cores)",
+        help="torch intra-op threads (default: the run's trainer.threads, else every core)",
     )
     p.add_argument(
         "--no-progress",
@@ -178,7 +178,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except ValueError as err:
             raise ConfigError(str(err)) from err
     threads = args.threads if args.threads is not None else OmegaConf.select(cfg, "trainer.threads")
-    if threads is not None and int(threads) < 1:
+    if threads not in (None, "auto") and int(threads) < 1:
         raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
     # Every protocol reads the train and test splits: missing files are reported now.
     check_files_present(str(cfg.data.name), cfg.data.root, source)
@@ -187,7 +187,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from selfcaps.eval.progress import set_progress
 
     set_progress(not args.no_progress)
-    apply_threads({"threads": threads})  # else the free cores (cli/threads.py)
+    apply_threads({"threads": threads})  # else every core (cli/threads.py)
 
     run_seed = int(cfg.seed)
     reseeded = args.seed is not None and args.seed != run_seed

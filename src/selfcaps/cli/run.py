@@ -103,7 +103,7 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
     p.add_argument("--strategy", help="auto | ddp")
     p.add_argument("--precision", help="32-true | bf16-mixed | 16-mixed")
     p.add_argument("--accelerator", help="cpu | gpu | auto")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: the free cores)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: every core)")
     p.add_argument("--num-workers", type=int, help="data loader workers")
     p.add_argument("--compile", action="store_true", help="torch.compile the network")
     p.add_argument(
@@ -303,7 +303,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         save_weights,
     )
 
-    threads = apply_threads(cfg.trainer)  # trainer.threads, else the free cores (cli/threads.py)
+    threads = apply_threads(cfg.trainer)  # trainer.threads, else every core (cli/threads.py)
     os.environ["SELFCAPS_OUT"] = str(out)  # inherited by DDP processes started by Lightning
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     method_cls = get_method(cfg.method)

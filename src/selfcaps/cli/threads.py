@@ -1,18 +1,18 @@
 """How many threads a run uses, and OpenMP threads that sleep instead of spinning.
 
-With ``trainer.threads: null`` (the default) a run uses the cores that other work leaves
-free when it starts::
+With ``trainer.threads: null`` (the default) a run uses every core it may run on,
+``cores // processes``, where ``cores`` is the smaller of torch's default thread count (the
+physical cores) and the CPUs this process may run on, and ``processes`` the training
+processes this machine starts (``trainer.devices`` on the CPU, else 1). The machine's load
+is not consulted: some sums depend on the thread count, and the same command must give the
+same numbers on a busy machine as on an idle one. ``trainer.threads: auto`` opts in to
+leaving the cores other work uses when the run starts::
 
     threads = max(1, (cores - round(load)) // processes)
 
-where ``cores`` is the smaller of torch's default thread count (the physical cores) and the
-CPUs this process may run on, ``load`` the machine's one-minute load average and
-``processes`` the training processes this machine starts (``trainer.devices`` on the CPU,
-else 1). ``--threads N`` (``trainer.threads``) or ``OMP_NUM_THREADS`` choose the count
-instead. The load average lags by about a minute: a job started seconds ago is not seen
-yet, one ended seconds ago still is. A ``--deterministic`` run ignores the load
-(``load = 0``): some sums depend on the thread count, and its reruns must give the same
-bits whatever else is running.
+with ``load`` the one-minute load average (which lags by about a minute); its numbers then
+depend on the load. ``--threads N`` (``trainer.threads``) or ``OMP_NUM_THREADS`` choose the
+count instead.
 
 Unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``, the
 command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (:func:`passive_openmp`):
@@ -86,14 +86,13 @@ def auto_threads(processes: int = 1, use_load: bool = True) -> tuple[int, str]:
     Args:
         processes: Training processes on this machine.
         use_load: Leave the cores the load average says are busy (``False``: every core,
-            so that a ``--deterministic`` rerun has the same count, and the same bits,
-            whatever the machine's load).
+            so that a rerun has the same count, and the same bits, whatever the load).
     """
     cores = max(1, min(_torch_default_threads(), _allowed_cpus()))
     per = f" for each of {processes} processes" if processes > 1 else ""
     if not use_load:
         n = choose_threads(cores, 0.0, processes)
-        return n, f"deterministic{per}: {cores} cores whatever the load; --threads N to choose"
+        return n, f"every core{per}: {cores} cores whatever the load; --threads N to choose"
     load = _load_average()
     n = choose_threads(cores, load, processes)
     return n, (
@@ -119,20 +118,21 @@ def passive_openmp(
 def apply_threads(trainer: Mapping[str, Any]) -> int:
     """Set torch's thread count for a run's ``trainer`` section; print it; return it.
 
-    ``trainer["threads"]`` if set, else ``OMP_NUM_THREADS``'s (torch reads it), else
-    :func:`auto_threads` with ``trainer["devices"]`` processes on the CPU (with
-    ``trainer["deterministic"]``: every core, whatever the load).
+    A number in ``trainer["threads"]`` if set, else ``OMP_NUM_THREADS``'s (torch reads it),
+    else :func:`auto_threads` with ``trainer["devices"]`` processes on the CPU: every core
+    whatever the load for ``null``, the cores the load leaves free for ``"auto"``.
     """
     import torch
 
-    if trainer.get("threads"):
-        n, why = int(trainer["threads"]), "trainer.threads"
-    elif os.environ.get("OMP_NUM_THREADS"):
+    setting = trainer.get("threads")
+    if setting not in (None, "auto"):
+        n, why = int(setting), "trainer.threads"
+    elif setting is None and os.environ.get("OMP_NUM_THREADS"):
         n, why = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
         cpu = trainer.get("accelerator", "cpu") == "cpu"
         processes = int(trainer.get("devices", 1)) if cpu else 1
-        n, why = auto_threads(processes, use_load=not trainer.get("deterministic", False))
+        n, why = auto_threads(processes, use_load=setting == "auto")
     torch.set_num_threads(n)
     policy = os.environ.get("OMP_WAIT_POLICY", "default").lower()
     print(f"threads: {n} ({why}; OpenMP wait policy {policy})", file=sys.stderr, flush=True)

@@ -66,7 +66,12 @@ def check(cfg: Any) -> None:
     check_key(cfg, "trainer.max_steps", lambda v: v == -1 or v >= 1, "-1 (no limit) or >= 1")
     check_key(cfg, "trainer.max_time", _optional_positive, "null or minutes > 0")
     check_key(cfg, "trainer.devices", lambda v: v == "auto" or v >= 1, "a number of devices >= 1")
-    check_key(cfg, "trainer.threads", _optional_positive, "null or a number of threads >= 1")
+    check_key(
+        cfg,
+        "trainer.threads",
+        lambda v: v is None or v == "auto" or (not isinstance(v, str) and v >= 1),
+        "null (every core), 'auto' (the cores the load leaves free) or a number >= 1",
+    )
     check_key(cfg, "monitor.knn_every_n_epochs", lambda v: v >= 0, "a number of epochs >= 0")
     check_key(cfg, "monitor.bank_size", _optional_positive, "null or a number of images >= 1")
     for section in ("monitor", "eval"):

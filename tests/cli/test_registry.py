@@ -1,0 +1,164 @@
+"""The results registry: validation, config hashes that catch changed presets, generated docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from selfcaps.cli import config as config_module
+from selfcaps.cli.main import main
+from selfcaps.cli.presets import config_text
+from selfcaps.cli.registry import (
+    DEFAULT_REGISTRY,
+    RegistryError,
+    arm_config_hash,
+    check_hashes,
+    config_hash,
+    load_registry,
+)
+from selfcaps.cli.report import doc_files, render_table, update_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(**changes):
+    row = {
+        "id": "x.claim", "kind": "paired", "tables": ["t"], "method": "coca", "what": "w",
+        "comparison": "a vs b", "rung": "short", "budget": "1 epoch", "dataset": "mnist5k",
+        "metric": "knn_top1_backbone",
+        "treatment": {"label": "a", "preset": "quick", "overrides": [], "values": [3.0, 4.0, 3.5]},
+        "control": {"label": "b", "preset": "quick", "overrides": [], "values": [1.0, 1.5, 1.0]},
+        "seeds": [0, 1, 2], "config_hash": arm_config_hash("coca", "quick", []),
+        "command": "selfcaps run coca --seed S", "commit": "abc", "date": "2026-11-26",
+        "cores": 2, "threads": 1,
+    }  # fmt: skip
+    row.update(changes)
+    return row
+
+
+def _write(tmp_path: Path, rows: list[dict]) -> Path:
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(rows, sort_keys=False))
+    return path
+
+
+def test_the_repository_registry_is_current_or_marked_stale():
+    rows = load_registry(ROOT / DEFAULT_REGISTRY)
+    assert len(rows) >= 10
+    assert check_hashes(rows) == []
+
+
+def test_every_generated_table_in_the_docs_matches_the_registry():
+    rows = load_registry(ROOT / DEFAULT_REGISTRY)
+    shown = 0
+    for f in doc_files(ROOT):
+        text = f.read_text()
+        assert update_text(text, rows) == text, f"{f} is out of date: run `selfcaps report`"
+        shown += text.count("<!-- registry:")
+    assert shown >= 5  # README, results and claims pages carry generated tables
+
+
+def test_a_changed_preset_makes_the_rows_behind_it_stale(monkeypatch):
+    # The review's mutation: the quick preset's NT-Xent temperature changed, no test noticed.
+    text = config_text("coca_quick.yaml")
+    assert "temperature: 0.5" in text
+
+    def mutated(name: str) -> str:
+        t = config_text(name)
+        return t.replace("temperature: 0.5", "temperature: 0.7") if name == "coca_quick.yaml" else t
+
+    monkeypatch.setattr(config_module, "config_text", mutated)
+    rows = load_registry(ROOT / DEFAULT_REGISTRY)
+    stale = check_hashes(rows)
+    assert any(p.startswith("coca.claim.short.untrained:") for p in stale)
+    assert not any(p.startswith("mcae.") for p in stale)  # other presets stay free
+
+
+def test_the_knn_temperature_is_pinned_too(monkeypatch):
+    assert config_text("coca_quick.yaml").count("knn_t: 0.2") == 2  # monitor and eval
+
+    def mutated(name: str) -> str:
+        t = config_text(name)
+        return t.replace("knn_t: 0.2", "knn_t: 0.3") if name == "coca_quick.yaml" else t
+
+    monkeypatch.setattr(config_module, "config_text", mutated)
+    assert any(p.startswith("coca.") for p in check_hashes(load_registry(ROOT / DEFAULT_REGISTRY)))
+
+
+def test_hash_ignores_seed_and_data_root_only():
+    a = config_hash({"seed": 0, "data": {"root": "/x", "name": "m"}, "trainer": {"threads": 1}})
+    b = config_hash({"seed": 7, "data": {"root": "/y", "name": "m"}, "trainer": {"threads": 1}})
+    c = config_hash({"seed": 0, "data": {"root": "/x", "name": "m"}, "trainer": {"threads": 2}})
+    assert a == b != c
+    assert arm_config_hash("coca", "quick", ["seed=3"]) == arm_config_hash("coca", "quick", [])
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"seeds": [0, 1]}, r"values: expected one number per seed \(2\)"),
+        ({"kind": "triple"}, "kind: expected paired or single"),
+        ({"comparison": None}, "needs comparison"),
+        ({"colour": "red"}, "unknown field"),
+        ({"arm": {"label": "a", "preset": "quick", "values": [1, 2, 3]}}, "no arm"),
+    ],
+)
+def test_bad_rows_are_refused_with_the_row_named(tmp_path, change, match):
+    path = _write(tmp_path, [_row(**change)])
+    with pytest.raises(RegistryError, match=match) as err:
+        load_registry(path)
+    assert "row 0" in str(err.value)
+
+
+def test_missing_fields_and_repeated_ids_are_refused(tmp_path):
+    row = _row()
+    del row["commit"]
+    with pytest.raises(RegistryError, match="missing field.*commit"):
+        load_registry(_write(tmp_path, [row]))
+    with pytest.raises(RegistryError, match="appears twice"):
+        load_registry(_write(tmp_path, [_row(), _row()]))
+
+
+def test_verdicts_are_computed_by_the_rule_not_typed(tmp_path):
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _row(),  # +2.0, +2.5, +2.5: holds
+                _row(id="two", seeds=[0, 1],
+                     treatment={"label": "a", "preset": "quick", "values": [3.0, 4.0]},
+                     control={"label": "b", "preset": "quick", "values": [1.0, 1.5]}),
+            ],
+        )
+    )  # fmt: skip
+    table = render_table(rows)
+    first, second = table.splitlines()[2:4]
+    assert "+2.33 [" in first and "**holds**" in first
+    assert "not resolved (too few seeds)" in second and "**" not in second.split("|")[9]
+    assert "`selfcaps run coca --seed S`" in table and "2 cores, 1 thread per run" in table
+
+
+def test_report_check_fails_on_an_outdated_page_and_fixes_it(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    _write(tmp_path / "results", [_row()])
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "page.md"
+    page.write_text("intro\n<!-- registry:t -->\nold numbers\n<!-- /registry:t -->\nend\n")
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert "old numbers" in page.read_text()  # --check changes nothing
+    assert main(["report", "--root", str(tmp_path)]) == 0
+    text = page.read_text()
+    assert "old numbers" not in text and "**holds**" in text and text.endswith("end\n")
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 0
+
+
+def test_report_check_fails_on_a_stale_row_unless_marked(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    _write(tmp_path / "results", [_row(config_hash="000000000000")])
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 1
+    assert "x.claim: its arms resolve to config hash" in capsys.readouterr().err
+    _write(tmp_path / "results", [_row(config_hash="000000000000", stale="preset changed")])
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 0
