@@ -127,6 +127,7 @@ __all__ = [
     "log_marginal",
     "second_moment_spectrum",
     "sparsity_term",
+    "spread_images",
     "stage_of",
     "top_direction_share",
 ]
@@ -407,7 +408,7 @@ def top_direction_share(layer: RoutedCaps, v: Tensor) -> Tensor:
     off, Algorithm 1's model term vanishes and its data term is ``W_j E[c^2 x x^T]`` (about),
     a power iteration that turns every ``W_j`` towards ``v``.
     """
-    w = capsule_rows(layer).double()
+    w = capsule_rows(layer).detach().double()
     return (w @ v.to(w)).pow(2).sum() / w.pow(2).sum()
 
 
@@ -420,7 +421,7 @@ def capsule_pair_similarity(layer: RoutedCaps) -> Tensor:
     capsule orients its output, is about ``D_out / (N D_in + D_out)`` for random ``W`` (0.0035
     for the paper's network) and 1 when every capsule reads one and the same direction.
     """
-    w = capsule_rows(layer).double()
+    w = capsule_rows(layer).detach().double()
     m, o = w.shape[0], w.shape[1]
     gram = w.reshape(m * o, -1) @ w.reshape(m * o, -1).T  # (M o, M o): blocks W_j W_k^T
     cross = gram.view(m, o, m, o).pow(2).sum((1, 3))  # (M, M): |W_j W_k^T|_F^2
@@ -428,6 +429,13 @@ def capsule_pair_similarity(layer: RoutedCaps) -> Tensor:
     cos = cross / (norm[:, None] * norm[None, :]).clamp_min(1e-300)
     j, k = torch.triu_indices(m, m, 1)
     return cos[j, k].mean()
+
+
+def spread_images(dataset: Any, n: int) -> Tensor:
+    """``min(n, len(dataset))`` images spread evenly over a raw split, as the model sees them."""
+    data = TransformDataset(dataset, EvalTransform())
+    picks = torch.linspace(0, len(data) - 1, min(n, len(data))).long()
+    return torch.stack([data[int(i)][0] for i in picks])
 
 
 @torch.no_grad()
@@ -739,9 +747,7 @@ class PoE(CapsuleMethod):
             dm = getattr(self.trainer, "datamodule", None)
             if dm is None:
                 return None
-            data = TransformDataset(dm.split("train"), EvalTransform())
-            picks = torch.linspace(0, len(data) - 1, min(COLLAPSE_IMAGES, len(data))).long()
-            self._collapse_images = torch.stack([data[int(i)][0] for i in picks])
+            self._collapse_images = spread_images(dm.split("train"), COLLAPSE_IMAGES)
         return self._collapse_images.to(self.device)
 
     # --------------------------------------------------------------- validation
