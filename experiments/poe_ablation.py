@@ -6,12 +6,12 @@ with where the two go together (the routing normalisation sets the scale of the 
 ``run`` trains ``ARM x SEED`` runs of ``selfcaps run poe --preset center_parents_sparse``
 one after the other into ``OUT/ARM_sSEED`` (runs that already have ``metrics.json`` are
 skipped); ``report`` prints, per arm: classes covered and mean purity in the restricted domain
-(the issue's measure of Fig. 2) and in the complete one, per seed, with mean and standard
+(how docs/methods/poe.md scores Fig. 2) and in the complete one, per seed, with mean and standard
 deviation. Any extra ``key=value`` after ``--`` goes to every run (``--data mnist`` etc.).
 
 Usage::
 
-    PYTHONPATH=src python experiments/poe_ablation.py run OUT [--seeds 0 1 2] \\
+    PYTHONPATH=src python experiments/poe_ablation.py run OUT [--seeds 0 1 2]
         [--arms full no_center ...] [-- --data-root DIR --data mnist data.train_subset=6000]
     PYTHONPATH=src python experiments/poe_ablation.py report OUT
 """

@@ -14,7 +14,7 @@ eigenvalue as a share of its trace and the second eigenvalue over the first. JSO
 
 Usage::
 
-    PYTHONPATH=src python experiments/poe_collapse.py RUN_DIR [--data-root DIR] \\
+    PYTHONPATH=src python experiments/poe_collapse.py RUN_DIR [--data-root DIR]
         [--steps 60] [--every 10] [--seed 0]
 """
 

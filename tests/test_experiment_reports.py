@@ -146,7 +146,7 @@ def test_poe_ablation_arms_each_put_one_change_back_to_the_paper():
             assert cfg[section][name] == quick[section][name], (arm, key)
     cmd = module.command(Path("/o"), "no_sparsity", 2, ["--data", "mnist"])
     assert cmd[-4:] == ["--no-progress", "cd.sparsity=0", "--data", "mnist"]
-    assert "/o/no_sparsity_s2" in cmd and ["--seed", "2"] == cmd[cmd.index("--seed") :][:2]
+    assert "/o/no_sparsity_s2" in cmd and cmd[cmd.index("--seed") :][:2] == ["--seed", "2"]
 
 
 def test_poe_ablation_report_by_arm_and_seed(tmp_path):
