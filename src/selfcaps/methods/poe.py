@@ -57,16 +57,21 @@ the other way round. Switching to ``parents`` therefore needs ``cd.lr_encoder``
 about 1000 times smaller and ``cd.lr_decoder`` about 1000 times larger.
 ``model.decoder_normalize`` gives U its own normalisation.
 
-Competing capsules (the ``competitive`` preset; not the paper): with the paper's
-settings every capsule is about equally on for every input (measured in docs/methods/poe.md),
-so no capsule comes to stand for one object and single-capsule samples collapse to
-one image. The preset combines three changes: centred codes (``model.center``), W
-routed with the softmax over parents (the 20 capsules compete for each primary
-capsule; U keeps the normalisation over children) and a sparsity penalty
+Why the paper's settings collapse (measured in docs/methods/poe.md): at the initial ``W``
+every capsule is off (``|z_j|`` about 2e-3), so Algorithm 1's model term vanishes and the data
+term is about ``W_j E[c^2 x x^T]``: a power iteration that turns every capsule's ``W_j``
+towards the top eigenvector of the primaries' second moment before any capsule turns on.
+After every stage-2 epoch :func:`collapse_stats` logs how far it went (``w_top_share``,
+``w_pair_similarity``).
+
+Competing capsules (the ``center_parents_sparse`` preset, formerly ``competitive``; not the
+paper): centred codes (``model.center``) remove the common direction of the primaries, W
+routed with the softmax over parents makes the 20 capsules compete for each primary capsule
+(U keeps the normalisation over children), and a sparsity penalty
 ``lambda/2 sum_j (q_j - p)^2`` on each capsule's mean on-probability ``q_j``
-(:func:`sparsity_term`, ``cd.sparsity``, ``cd.sparsity_target``), added to
-Algorithm 1's update in stage 2 as sparse RBMs do. Under DDP ``q_j`` is each
-process's batch mean.
+(:func:`sparsity_term`, ``cd.sparsity``, ``cd.sparsity_target``) is added to Algorithm 1's
+update in stage 2, as sparse RBMs do; with our stage-3 rule and generation ``alone``. Under
+DDP ``q_j`` is each process's batch mean.
 
 Model selection (``best.ckpt``): lowest ``val_select = (3 - stage) +
 val_recon_caps_mse``, where ``val_recon_caps_mse`` is the pixel MSE (at most 1)
@@ -346,7 +351,7 @@ def decoder_reconstruction_update(
     CD on the bilinear energy ``-sum e_ji x_i^T U_ji y_j`` with the capsules clamped to the
     encoder's code in both phases, the positive phase clamped to the data's primary capsules
     ``x_i`` and the negative phase the top-down reconstruction; its fixed point is
-    ``x^ = x``. Kept because it is what the ``competitive`` preset was measured with: it
+    ``x^ = x``. Kept because it is what the ``center_parents_sparse`` preset was measured with: it
     trains ``U`` directly on the squashed primary capsules that generation decodes.
 
     Args:
