@@ -24,6 +24,9 @@ def test_every_method_is_registered_under_its_name_with_a_flag_table():
 def test_plain_list_groups_methods_first():
     text = format_listing()
     assert text.index("methods") < text.index("datasets") < text.index("models")
-    poe_presets = "competitive, paper, paper_mnist54k, paper_mnist6k, quick, quick_mnist"
+    poe_presets = (
+        "center_parents_sparse, competitive, paper, paper_mnist54k, paper_mnist6k, quick, "
+        "quick_mnist"
+    )
     assert f"poe          presets: {poe_presets}" in text
     assert "imagefolder:<path>" in text and "table1_cnn" in text

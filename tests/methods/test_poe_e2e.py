@@ -1,5 +1,6 @@
 """End-to-end PoE runs on a tiny budget: every file, the sample command, resume across stages."""
 
+import csv
 import json
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from selfcaps.cli.config import load_yaml
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
+from tests.data.formats import write_mnist
 from tests.runs import FAST, assert_run_files, run_killed_at
 
 TINY = [
@@ -80,6 +82,16 @@ def test_metrics_csv_logs_the_stages_and_the_monitor(run_dir):
         assert key in header, key
     stages = {r.split(",")[header.index("stage")] for r in rows[1:]} - {""}
     assert stages == {"1.0", "2.0", "3.0"}
+
+
+def test_metrics_csv_logs_the_collapse_after_every_stage_2_epoch(run_dir):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    keys = ("w_top_share", "w_pair_similarity", "primaries_top_eig_share", "primaries_eig_ratio")
+    logged = [r for r in rows if r.get("w_top_share")]
+    assert [r["epoch"] for r in logged] == ["1"]  # stage 2 is epoch 1 of [1, 1, 1]
+    for key in keys:
+        assert 0.0 <= float(logged[0][key]) <= 1.0, key
 
 
 def test_weights_load_without_lightning_and_generate(run_dir):
@@ -185,12 +197,19 @@ def test_centred_codes_are_centred_on_the_training_set_mean(tmp_path):
     assert np.isfinite(m["recon_caps_mse"]) and m["stages_completed"] == 3
 
 
-def test_competitive_preset_trains_parents_w_children_u_with_the_sparsity_term(tmp_path):
-    out = tmp_path / "competitive"
-    args = ["run", "poe", "--preset", "competitive", "--out", str(out), "--epochs", "3"]
+def test_recommended_preset_on_fashion_mnist_files_end_to_end(tmp_path):
+    """center_parents_sparse with --data fashion_mnist on small IDX files written here: W over
+    parents, U over children, the sparsity term, and Fig. 2's two grids (complete and
+    restricted domain) of the Fashion-MNIST row."""
+    write_mnist(tmp_path / "data", folder="FashionMNIST", n_train=120, n_test=20)
+    out = tmp_path / "fashion"
+    args = ["run", "poe", "--preset", "center_parents_sparse", "--data", "fashion_mnist"]
+    args += ["--data-root", str(tmp_path / "data"), "--out", str(out), "--epochs", "3"]
     assert main([*args, *TINY]) == 0
     cfg = OmegaConf.create(load_yaml(out / "config.yaml"))
+    assert (cfg.data.name, cfg.preset) == ("fashion_mnist", "center_parents_sparse")
     assert (cfg.model.center, cfg.cd.sparsity, cfg.cd.sparsity_target) == (True, 50.0, 0.1)
+    assert (cfg.cd.decoder_rule, cfg.model.generation) == ("reconstruction", "alone")
     method = get_method("poe")(cfg)
     net = method.poe
     assert (net.encoder.normalize, net.decoder.normalize) == ("parents", "children")
@@ -200,6 +219,19 @@ def test_competitive_preset_trains_parents_w_children_u_with_the_sparsity_term(t
     assert [float(v) for v in on if v], "stage 2 logs how often the capsules are on"
     m = json.loads((out / "metrics.json").read_text())
     assert m["stages_completed"] == 3 and np.isfinite(m["recon_caps_mse"])
+    assert m["purity_classes_covered_restricted"] >= 1
+    for name in ("samples", "samples_restricted"):
+        w, h = Image.open(out / "figures" / f"{name}.png").size
+        assert 20 * 30 + 2 <= w <= 1600 and 3.2 < w / h < 4.2, name
+
+
+def test_competitive_is_the_former_name_of_center_parents_sparse():
+    from selfcaps.cli.config import load_config
+
+    old, new = load_config("poe", "competitive"), load_config("poe", "center_parents_sparse")
+    assert old.preset == "competitive"
+    old.preset = new.preset
+    assert OmegaConf.to_container(old) == OmegaConf.to_container(new)
 
 
 def test_stages_are_counted_from_the_training_not_from_the_best_checkpoint():

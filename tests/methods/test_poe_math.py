@@ -4,22 +4,27 @@ Every reference here is computed independently of ``selfcaps.methods.poe``: expl
 loops over capsules or ``torch.autograd`` on a plain formula, in float64.
 """
 
+import numpy as np
 import pytest
 import torch
 
 from selfcaps.caps import squash, unsquash
 from selfcaps.methods.poe import (
     PoE,
+    capsule_pair_similarity,
     cd_chain,
     class_purity,
     data_term,
     decoder_cd_update,
     decoder_reconstruction_update,
+    encoder_cd_terms,
     encoder_cd_update,
     log_marginal,
     reconstruction_stats,
+    second_moment_spectrum,
     sparsity_term,
     stage_of,
+    top_direction_share,
 )
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
@@ -363,3 +368,77 @@ def test_capsule_length_and_its_spread_over_inputs_by_loops():
     stats = reconstruction_stats(net, x)
     assert stats["caps_length"].item() == pytest.approx(mean, rel=1e-9)
     assert stats["caps_length_spread"].item() == pytest.approx(sum(per_capsule) / 20, rel=1e-9)
+
+
+# ---------------------------------------------------------------- stage 2's collapse
+def _capsule_rows_loop(w, n=N, din=DIN, m=M, dout=DOUT):
+    """W_j as (dout, n * din), block by block: columns i*din .. (i+1)*din - 1 hold W_ij."""
+    rows = np.zeros((m, dout, n * din))
+    for j in range(m):
+        for i in range(n):
+            rows[j, :, i * din : (i + 1) * din] = _block(w, i, j, dout).T.detach().numpy()
+    return rows
+
+
+def _pair_similarity_loop(rows):
+    """Mean over j < k of the Frobenius cosine of W_j^T W_j and W_k^T W_k, formed explicitly."""
+    grams = [r.T @ r for r in rows]
+    sims = []
+    for j in range(len(grams)):
+        for k in range(j + 1, len(grams)):
+            a, b = grams[j], grams[k]
+            sims.append(np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+    return float(np.mean(sims))
+
+
+def test_top_direction_share_against_numpy_eigh_of_the_second_moment():
+    layer, x = _layer(std=0.3)
+    flat = x.flatten(1).numpy()
+    moment = flat.T @ flat / len(flat)  # E[x x^T], N*DIN = 21 square, rank B = 6
+    evals, evecs = np.linalg.eigh(moment)
+    v = evecs[:, -1]
+    got_evals, got_v = second_moment_spectrum(x)
+    np.testing.assert_allclose(got_evals.numpy(), evals[::-1][:B], rtol=1e-9, atol=1e-12)
+    assert abs(float(got_v.numpy() @ v)) == pytest.approx(1.0, abs=1e-10)
+    rows = _capsule_rows_loop(layer.weight)
+    expected = sum(np.sum((rows[j] @ v) ** 2) for j in range(M)) / np.sum(rows**2)
+    assert float(top_direction_share(layer, got_v)) == pytest.approx(expected, rel=1e-10)
+    assert 0.0 < expected < 0.5  # random W: far from aligned
+
+
+def test_collapsed_w_has_share_one_and_pair_similarity_one():
+    """Every row of every W_j a multiple of v (the collapse): share 1 and similarity 1."""
+    layer, x = _layer()
+    _, v = second_moment_spectrum(x)
+    a = torch.randn(M, DOUT, dtype=torch.float64)  # each capsule writes v its own way
+    with torch.no_grad():  # gemm layout: weight[i, d, j*DOUT + o] = (W_ij)[o, d] = a[j, o] v[i, d]
+        layer.weight.copy_(torch.einsum("id,jo->idjo", v.view(N, DIN), a).reshape(N, DIN, -1))
+    rows = _capsule_rows_loop(layer.weight)
+    np.testing.assert_allclose(rows[2], np.outer(a[2].numpy(), v.numpy()), atol=1e-12)
+    assert float(top_direction_share(layer, v)) == pytest.approx(1.0, abs=1e-12)
+    assert float(capsule_pair_similarity(layer)) == pytest.approx(1.0, abs=1e-12)
+    assert _pair_similarity_loop(rows) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_capsule_pair_similarity_against_a_literal_loop(seed):
+    layer, _ = _layer(seed=seed)
+    expected = _pair_similarity_loop(_capsule_rows_loop(layer.weight))
+    assert float(capsule_pair_similarity(layer)) == pytest.approx(expected, rel=1e-10)
+
+
+def test_while_every_capsule_is_off_the_update_is_a_power_iteration():
+    """Tiny W (capsules off): the model term vanishes against the data term, and the data
+    term is 2 c_ij z_j x_i^T with z_j = sum_i c_ij W_ij x_i (loops): linear in W."""
+    layer, x = _layer(std=1e-4)
+    with torch.no_grad():
+        positive, negative, ch = encoder_cd_terms(layer, x)
+    assert negative.norm() < 1e-9 * positive.norm()
+    z = _z_loop(layer.weight, x, ch.c)
+    expected = torch.zeros_like(layer.weight)
+    for b in range(B):
+        for i in range(N):
+            for j in range(M):
+                outer = torch.outer(x[b, i], z[b, j]) * ch.c[b, i, j] / B  # block layout: x z^T
+                expected[i, :, j * DOUT : (j + 1) * DOUT] += outer
+    torch.testing.assert_close(positive, expected, rtol=1e-6, atol=0)

@@ -57,16 +57,21 @@ the other way round. Switching to ``parents`` therefore needs ``cd.lr_encoder``
 about 1000 times smaller and ``cd.lr_decoder`` about 1000 times larger.
 ``model.decoder_normalize`` gives U its own normalisation.
 
-Competing capsules (the ``competitive`` preset; not the paper): with the paper's
-settings every capsule is about equally on for every input (measured in docs/methods/poe.md),
-so no capsule comes to stand for one object and single-capsule samples collapse to
-one image. The preset combines three changes: centred codes (``model.center``), W
-routed with the softmax over parents (the 20 capsules compete for each primary
-capsule; U keeps the normalisation over children) and a sparsity penalty
+Why the paper's settings collapse (measured in docs/methods/poe.md): at the initial ``W``
+every capsule is off (``|z_j|`` about 2e-3), so Algorithm 1's model term vanishes and the data
+term is about ``W_j E[c^2 x x^T]``: a power iteration that turns every capsule's ``W_j``
+towards the top eigenvector of the primaries' second moment before any capsule turns on.
+After every stage-2 epoch :func:`collapse_stats` logs how far it went (``w_top_share``,
+``w_pair_similarity``).
+
+Competing capsules (the ``center_parents_sparse`` preset, formerly ``competitive``; not the
+paper): centred codes (``model.center``) remove the common direction of the primaries, W
+routed with the softmax over parents makes the 20 capsules compete for each primary capsule
+(U keeps the normalisation over children), and a sparsity penalty
 ``lambda/2 sum_j (q_j - p)^2`` on each capsule's mean on-probability ``q_j``
-(:func:`sparsity_term`, ``cd.sparsity``, ``cd.sparsity_target``), added to
-Algorithm 1's update in stage 2 as sparse RBMs do. Under DDP ``q_j`` is each
-process's batch mean.
+(:func:`sparsity_term`, ``cd.sparsity``, ``cd.sparsity_target``) is added to Algorithm 1's
+update in stage 2, as sparse RBMs do; with our stage-3 rule and generation ``alone``. Under
+DDP ``q_j`` is each process's batch mean.
 
 Model selection (``best.ckpt``): lowest ``val_select = (3 - stage) +
 val_recon_caps_mse``, where ``val_recon_caps_mse`` is the pixel MSE (at most 1)
@@ -113,16 +118,23 @@ from selfcaps.models.poe import PoECapsNet, RoutedCaps
 __all__ = [
     "CDChain",
     "PoE",
+    "capsule_pair_similarity",
+    "capsule_rows",
     "cd_chain",
     "class_purity",
+    "collapse_stats",
     "data_term",
     "decoder_cd_update",
     "decoder_reconstruction_update",
+    "encoder_cd_terms",
     "encoder_cd_update",
     "free_energies",
     "log_marginal",
+    "second_moment_spectrum",
     "sparsity_term",
+    "spread_images",
     "stage_of",
+    "top_direction_share",
 ]
 
 
@@ -234,6 +246,19 @@ def sparsity_term(x: Tensor, z: Tensor, c: Tensor, target: float) -> Tensor:
     return -_outer(c, (q - target) * 2.0 * z / (1.0 + n2).pow(2), x)
 
 
+def encoder_cd_terms(layer: RoutedCaps, x: Tensor) -> tuple[Tensor, Tensor, CDChain]:
+    """The data (positive) and model (negative) terms of Algorithm 1's update, and the chain.
+
+    ``positive = mean_b c_ij z_j x_i^T / (1 + |z_j|^2)``, ``negative`` the same at the
+    one-step reconstruction ``(z~_j, x~_i)``; Algorithm 1's update is
+    ``2 (positive - negative)``. Both in ``layer.weight``'s layout.
+    """
+    ch = cd_chain(layer, x)
+    positive = _outer(ch.c, _expert_statistic(ch.z), x)
+    negative = _outer(ch.c, _expert_statistic(ch.z_rec), ch.x_rec)
+    return positive, negative, ch
+
+
 def encoder_cd_update(
     layer: RoutedCaps, x: Tensor, sparsity: float = 0.0, target: float = 0.1
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -252,9 +277,7 @@ def encoder_cd_update(
         ``recon_caps_mse`` (``x`` vs ``x~``) and ``caps_on`` (the capsules' mean length:
         how often they are on).
     """
-    ch = cd_chain(layer, x)
-    positive = _outer(ch.c, _expert_statistic(ch.z), x)
-    negative = _outer(ch.c, _expert_statistic(ch.z_rec), ch.x_rec)
+    positive, negative, ch = encoder_cd_terms(layer, x)
     update = 2.0 * (positive - negative)
     if sparsity:
         update = update + sparsity * sparsity_term(x, ch.z, ch.c, target)
@@ -328,7 +351,7 @@ def decoder_reconstruction_update(
     CD on the bilinear energy ``-sum e_ji x_i^T U_ji y_j`` with the capsules clamped to the
     encoder's code in both phases, the positive phase clamped to the data's primary capsules
     ``x_i`` and the negative phase the top-down reconstruction; its fixed point is
-    ``x^ = x``. Kept because it is what the ``competitive`` preset was measured with: it
+    ``x^ = x``. Kept because it is what the ``center_parents_sparse`` preset was measured with: it
     trains ``U`` directly on the squashed primary capsules that generation decodes.
 
     Args:
@@ -341,6 +364,101 @@ def decoder_reconstruction_update(
     """
     _, x_hat, e = layer.route(y)
     return 2.0 * _outer(e, x - x_hat, y), {"recon_caps_mse": (x - x_hat).pow(2).mean()}
+
+
+# ------------------------------------------------------- the collapse, measured
+#: Training images (spread over the training split) on which stage 2's collapse is measured.
+COLLAPSE_IMAGES = 256
+
+
+def second_moment_spectrum(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Eigenvalues and top eigenvector of the primaries' uncentred second moment ``E[x x^T]``.
+
+    ``S = mean_b x_b x_b^T`` over the flattened primary capsules ``x`` ``(B, N, D)``, an
+    ``N D``-square matrix (4,608 for the paper's network), through the ``B x B`` Gram matrix
+    ``x x^T / B``: it has the same non-zero eigenvalues, and if ``u`` is its top eigenvector,
+    ``x^T u`` (normalised) is ``S``'s. In float64.
+
+    Args:
+        x: Primary capsules ``(B, N, D)``.
+
+    Returns:
+        ``(eigenvalues (B,) in descending order, top eigenvector (N D,) of unit length)``;
+        the eigenvector's sign is arbitrary.
+    """
+    flat = x.flatten(1).double()
+    evals, evecs = torch.linalg.eigh(flat @ flat.T / flat.shape[0])
+    v = flat.T @ evecs[:, -1]
+    return evals.flip(0).clamp_min(0.0), v / v.norm()
+
+
+def capsule_rows(layer: RoutedCaps) -> Tensor:
+    """Each parent's map from all children at once: ``W_j`` as ``(M, D_out, N D_in)``.
+
+    Column ``i D_in + d`` of ``W_j`` multiplies component ``d`` of child ``i``, the order of
+    ``x.flatten(1)`` for children ``x`` ``(B, N, D_in)``, so ``z_j = W_j x`` when every
+    ``c_ij`` is 1.
+    """
+    m = layer.matrices  # (N, M, D_out, D_in)
+    return m.permute(1, 2, 0, 3).reshape(layer.out_caps, layer.out_dim, -1)
+
+
+def top_direction_share(layer: RoutedCaps, v: Tensor) -> Tensor:
+    """Share of ``W``'s squared norm along the unit direction ``v`` of the flattened children.
+
+    ``sum_j |W_j v|^2 / sum_j |W_j|_F^2`` (:func:`capsule_rows`): ``1 / (N D_in)`` on average
+    for random ``W`` (2e-4 for the paper's network) and 1 when every row of every ``W_j`` is a
+    multiple of ``v``. With ``v`` the top eigenvector of the primaries' second moment
+    (:func:`second_moment_spectrum`) it measures stage 2's collapse: while every capsule is
+    off, Algorithm 1's model term vanishes and its data term is ``W_j E[c^2 x x^T]`` (about),
+    a power iteration that turns every ``W_j`` towards ``v``.
+    """
+    w = capsule_rows(layer).detach().double()
+    return (w @ v.to(w)).pow(2).sum() / w.pow(2).sum()
+
+
+def capsule_pair_similarity(layer: RoutedCaps) -> Tensor:
+    """Mean over capsule pairs ``j < k`` of the similarity of what the two capsules read.
+
+    The cosine of the Gram matrices ``W_j^T W_j`` and ``W_k^T W_k`` (``N D_in``-square;
+    :func:`capsule_rows`) under the Frobenius inner product, computed without forming them:
+    ``<W_j^T W_j, W_k^T W_k> = |W_j W_k^T|_F^2``. It lies in ``[0, 1]``, ignores how each
+    capsule orients its output, is about ``D_out / (N D_in + D_out)`` for random ``W`` (0.0035
+    for the paper's network) and 1 when every capsule reads one and the same direction.
+    """
+    w = capsule_rows(layer).detach().double()
+    m, o = w.shape[0], w.shape[1]
+    gram = w.reshape(m * o, -1) @ w.reshape(m * o, -1).T  # (M o, M o): blocks W_j W_k^T
+    cross = gram.view(m, o, m, o).pow(2).sum((1, 3))  # (M, M): |W_j W_k^T|_F^2
+    norm = cross.diagonal().sqrt()
+    cos = cross / (norm[:, None] * norm[None, :]).clamp_min(1e-300)
+    j, k = torch.triu_indices(m, m, 1)
+    return cos[j, k].mean()
+
+
+def spread_images(dataset: Any, n: int) -> Tensor:
+    """``min(n, len(dataset))`` images spread evenly over a raw split, as the model sees them."""
+    data = TransformDataset(dataset, EvalTransform())
+    picks = torch.linspace(0, len(data) - 1, min(n, len(data))).long()
+    return torch.stack([data[int(i)][0] for i in picks])
+
+
+@torch.no_grad()
+def collapse_stats(net: PoECapsNet, images: Tensor) -> dict[str, Tensor]:
+    """Stage 2's collapse on fixed training images: ``W``'s alignment and the data's spectrum.
+
+    Keys: ``w_top_share`` (:func:`top_direction_share` on the top eigenvector of the
+    images' primaries' second moment), ``w_pair_similarity``
+    (:func:`capsule_pair_similarity`), ``primaries_top_eig_share`` (the top eigenvalue's
+    share of the trace) and ``primaries_eig_ratio`` (second eigenvalue over the first).
+    """
+    evals, v = second_moment_spectrum(net.primary_capsules(images))
+    return {
+        "w_top_share": top_direction_share(net.encoder, v),
+        "w_pair_similarity": capsule_pair_similarity(net.encoder),
+        "primaries_top_eig_share": evals[0] / evals.sum(),
+        "primaries_eig_ratio": evals[1] / evals[0] if len(evals) > 1 else evals.new_zeros(()),
+    }
 
 
 def stage_of(epoch: int, stage_epochs: list[int] | tuple[int, ...]) -> int:
@@ -443,6 +561,7 @@ class PoE(CapsuleMethod):
         super().__init__(cfg)
         self.automatic_optimization = False
         self._hemisphere_sum: Tensor | None = None
+        self._collapse_images: Tensor | None = None
         #: Epochs whose every batch was trained (a budget can stop one midway, which
         #: Lightning still counts in ``current_epoch``); checkpointed, for ``stages_completed``.
         self.register_buffer("epochs_finished", torch.zeros((), dtype=torch.long))
@@ -617,8 +736,26 @@ class PoE(CapsuleMethod):
         self.poe.hemisphere.copy_(total.to(self.poe.hemisphere.dtype))
 
     def on_train_epoch_end(self) -> None:
-        """Store the mean capsule poses before ``last.ckpt`` is written."""
+        """Store the mean capsule poses before ``last.ckpt`` is written; stage 2: the collapse.
+
+        After every stage-2 epoch, :func:`collapse_stats` on :data:`COLLAPSE_IMAGES` fixed
+        training images goes to ``metrics.csv`` (and so to ``figures/curves.png``).
+        """
         self._store_hemisphere()
+        if self.stage == 2:
+            images = self._fixed_training_images()
+            if images is not None:
+                for k, v in collapse_stats(self.poe, images).items():
+                    self.log(k, float(v), on_step=False, on_epoch=True)
+
+    def _fixed_training_images(self) -> Tensor | None:
+        """:data:`COLLAPSE_IMAGES` training images spread evenly over the split (cached)."""
+        if self._collapse_images is None:
+            dm = getattr(self.trainer, "datamodule", None)
+            if dm is None:
+                return None
+            self._collapse_images = spread_images(dm.split("train"), COLLAPSE_IMAGES)
+        return self._collapse_images.to(self.device)
 
     # --------------------------------------------------------------- validation
     def on_validation_epoch_start(self) -> None:

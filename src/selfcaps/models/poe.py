@@ -16,7 +16,7 @@ parts, trained one after the other by ``selfcaps.methods.poe``:
   **capsule decoder** ``U_ji`` (20 x 16-D -> 576 x 8-D, stage 3), both
   :class:`RoutedCaps` layers: routing-by-agreement with cosine agreement and,
   by default, the paper's normalisation over children (``sum_i c_ij = 1``) for both;
-  ``decoder_normalize`` sets U's apart (the ``competitive`` preset of
+  ``decoder_normalize`` sets U's apart (the ``center_parents_sparse`` preset of
   :mod:`selfcaps.methods.poe` routes W over parents and U over children).
 
 Generation (section 4.2, Fig. 1): for capsule ``j`` draw ``s ~ N(0, I_16)``, "with the
