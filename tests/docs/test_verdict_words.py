@@ -9,8 +9,6 @@ spans) is not scanned. A line carrying the marker ``<!-- verdict-ok -->`` is exe
 paper text), and so is a table column headed ``claim`` (the paper's claim under test). Negated
 words ("not better", "no better") and "costs nothing" / "leads to" are not claims of an ordering.
 
-Pages listed in :data:`KNOWN_FAILING` still carry such sentences; their cases are expected to
-fail (``xfail(strict=False)``) until they are fixed; remove a page from the set once it passes.
 """
 
 from __future__ import annotations
@@ -22,9 +20,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- verdict-ok -->"
-
-#: Pages that still word intervals containing 0 as an ordering (2026-11-26).
-KNOWN_FAILING = {"README.md", "docs/results.md", "docs/methods/mcae.md"}
 
 _NUM = r"[+\-\u2212]?\d[\d,]*(?:\.\d+)?"
 INTERVAL = re.compile(rf"\[\s*({_NUM})\s*%?\s*,\s*({_NUM})\s*%?\s*\]")
@@ -155,14 +150,7 @@ def pages() -> list[str]:
     return ["README.md", *docs]
 
 
-def _param(page: str) -> object:
-    if page in KNOWN_FAILING:
-        reason = "still words an interval containing 0 as an ordering"
-        return pytest.param(page, marks=pytest.mark.xfail(strict=False, reason=reason))
-    return page
-
-
-@pytest.mark.parametrize("page", [_param(p) for p in pages()])
+@pytest.mark.parametrize("page", pages())
 def test_no_ordering_words_on_unresolved_intervals(page: str) -> None:
     bad = violations((ROOT / page).read_text(encoding="utf-8"))
     words = [

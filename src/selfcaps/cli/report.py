@@ -110,7 +110,7 @@ def render_table(rows: Sequence[Row]) -> str:
     lines: list[str] = []
     if kinds == {"paired"}:
         lines += [
-            "| method | what | comparison | budget | dataset | treatment | control "
+            "| method | claim | comparison | budget | dataset | treatment | control "
             "| difference [95% interval] | verdict | n | date | notes |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
