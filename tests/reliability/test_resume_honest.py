@@ -26,7 +26,11 @@ class _Exploit:
 def _saved_run(run, *files: str) -> None:
     """A run directory with a config.yaml (and the named files, empty) but no last.ckpt."""
     (run / "checkpoints").mkdir(parents=True)
-    cfg = OmegaConf.to_container(load_config("coca", "quick"), resolve=True)
+    # tiny, so that a --resume that wrongly starts afresh fails fast instead of training long
+    tiny = [("trainer.epochs", 1), ("data.train_subset", 64), ("data.batch_size", 32),
+            ("monitor.knn_every_n_epochs", 0), ("eval.baselines", False), ("eval.knn_k", 5),
+            ("trainer.progress_bar", False), ("trainer.threads", 1)]  # fmt: skip
+    cfg = OmegaConf.to_container(load_config("coca", "quick", tiny), resolve=True)
     atomic_write_yaml(run / "config.yaml", cfg)
     for name in files:
         (run / name).write_text("")
