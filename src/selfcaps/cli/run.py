@@ -466,7 +466,7 @@ def _train(
         return 128 + stop.signum
     if not trainer.is_global_zero:
         return 0
-    stop.where = "during the final evaluation"
+    stop.where = "during the final evaluation" if evaluate else "while writing the weights"
     best = out / "checkpoints" / "best.ckpt"
     if best.is_file():
         state = load_checkpoint(best)
