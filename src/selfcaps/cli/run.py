@@ -296,7 +296,7 @@ def resume_message(ckpt: Path, saved: dict[str, Any], planned: int) -> str:
         >>> resume_message(Path("r/last.ckpt"), {"resume_at": [1, 4], "global_step": 12}, 3)
         'resuming from r/last.ckpt at epoch 2 of 3, batch 5 (12 steps trained)'
     """
-    epoch, batches = saved.get("resume_at", (int(saved["epoch"]) + 1, 0))
+    epoch, batches = saved["resume_at"] if "resume_at" in saved else (int(saved["epoch"]) + 1, 0)
     steps = int(saved.get("global_step", 0))
     if epoch >= planned:
         return (

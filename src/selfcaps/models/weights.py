@@ -143,7 +143,10 @@ def disallowed_globals(path: Path | str) -> list[str] | None:
         found: list[str] = []
         strings: list[str] = []  # string operands seen, for STACK_GLOBAL (module, name)
         memo: dict[int, str] = {}
-        for op, arg, _ in pickletools.genops(data):
+        with warnings.catch_warnings():  # odd escapes in the STRING operands of random bytes
+            warnings.simplefilter("ignore")
+            ops = list(pickletools.genops(data))
+        for op, arg, _ in ops:
             if isinstance(arg, str) and op.name not in ("GLOBAL", "INST"):
                 strings.append(arg)
             elif op.name in ("GLOBAL", "INST"):
