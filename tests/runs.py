@@ -64,13 +64,20 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-def run_killed_at(point: str, n: int, *args: str, timeout: float = 600) -> None:
-    """Run ``selfcaps ARGS`` in a subprocess that SIGKILLs itself at ``point`` number ``n``.
+def run_signalled_at(
+    point: str, n: int, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run ``selfcaps ARGS`` in a subprocess that signals itself at ``point`` number ``n``.
 
-    See ``tests/reliability/kill_at.py`` for the points; asserts that the kill happened.
+    See ``tests/reliability/kill_at.py`` for the points (SIGKILL, SIGTERM, SIGINT).
     """
     env = subprocess_env()
     env["PYTHONPATH"] = str(SRC.parent) + os.pathsep + env["PYTHONPATH"]
     cmd = [sys.executable, "-m", "tests.reliability.kill_at", point, str(n), *args]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_killed_at(point: str, n: int, *args: str, timeout: float = 600) -> None:
+    """:func:`run_signalled_at` with a SIGKILL point; asserts that the kill happened."""
+    done = run_signalled_at(point, n, *args, timeout=timeout)
     assert done.returncode == -signal.SIGKILL, f"not killed at {point}: {done.stderr[-3000:]}"

@@ -26,6 +26,9 @@ def test_every_preset_passes(method, preset):
         ("optim.betas", [0.9, 1.0]),
         ("data.val_fraction", 1.0),
         ("eval.knn_k", 0),
+        ("trainer.checkpoint_every_n_minutes", 0.0),
+        ("trainer.checkpoint_every_n_steps", 0),
+        ("trainer.checkpoint_every_n_steps", 2.5),
     ],
 )
 def test_a_bad_shared_value_is_refused_for_every_method(key, value):
@@ -41,7 +44,7 @@ def test_a_bad_shared_value_is_refused_for_every_method(key, value):
     [
         ("mcae", "model.mask_ratio", 0.0),
         ("mcae", "model.backbone", "resnet"),
-        ("mcae", "eval.finetune_epochs", 0),
+        ("mcae", "eval.finetune_epochs", -1),
         ("mcae", "optim.scheduler", "step"),
         ("mcae", "eval.label_fraction", 0.0),
         ("sparsecaps", "model.variant", "desne"),

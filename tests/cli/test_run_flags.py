@@ -35,3 +35,17 @@ def test_a_flag_of_another_method_is_named():
 
 def test_single_method_flags_are_typed():
     assert ("trainer.epochs", 0) in _overrides("mcae", "--pretrain-epochs", "0")
+
+
+def _resolved(*argv: str) -> dict:
+    """The configuration keys the overrides set, last one winning (as load_config applies them)."""
+    return dict(_overrides(*argv))
+
+
+def test_epochs_0_means_no_training_for_mcae_too():
+    """`--epochs 0` skips MCAE's finetuning as well; `--pretrain-epochs 0` (the baseline) not."""
+    assert _resolved("mcae", "--epochs", "0")["eval.finetune_epochs"] == 0
+    assert "eval.finetune_epochs" not in _resolved("mcae", "--pretrain-epochs", "0")
+    assert "eval.finetune_epochs" not in _resolved("mcae", "--epochs", "3")
+    explicit = _resolved("mcae", "--epochs", "0", "--finetune-epochs", "2")
+    assert explicit["eval.finetune_epochs"] == 2

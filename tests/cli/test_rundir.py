@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from selfcaps.cli.main import main
-from selfcaps.cli.rundir import make_run_dir, remove_if_empty
+from selfcaps.cli.rundir import make_run_dir, remove_if_empty, run_finished
 from selfcaps.methods.atomic import atomic_write_text
 
 
@@ -75,3 +75,14 @@ def test_a_run_failing_after_creating_its_directory_removes_it_if_empty(tmp_path
     with pytest.raises(RuntimeError, match="could not be built"):
         main(["run", "coca", "--out", str(out), *TINY])
     assert list(tmp_path.iterdir()) == []  # runs/coca/t and its parents, created by the run
+
+
+def test_a_run_stopped_by_a_signal_is_not_finished(tmp_path):
+    """Both have a metrics.json; bench and claims must resume the stopped one, not skip it."""
+    assert not run_finished(tmp_path)
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "signal", "signal": "SIGTERM"}')
+    assert not run_finished(tmp_path)
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "max_time"}')
+    assert run_finished(tmp_path)
+    atomic_write_text(tmp_path / "metrics.json", "{not json")
+    assert not run_finished(tmp_path)

@@ -256,3 +256,17 @@ def test_eval_seed_changes_the_finetuning_and_keeps_the_runs_images(tmp_path, ru
     assert 0 <= m[f"finetune_top1_seed{run_seed + 1}"] <= 100
     assert m["finetune_top1"] == before["finetune_top1"]  # the run's own result is kept
     assert main(["eval", str(out), "--protocol", "knn", "--seed", "3"]) == 2
+
+
+@pytest.mark.slow
+def test_epochs_0_trains_nothing_not_even_the_finetuning(tmp_path):
+    """`--epochs` counts pretraining epochs; 0 also skips finetuning (untrained class capsules)."""
+    out = tmp_path / "run"
+    assert main(["run", "mcae", "--out", str(out), "--epochs", "0", *TINY]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["steps"], m["pretrain_epochs"], m["finetune_epochs"]) == (0, 0, 0)
+    assert m["best_finetune_epoch"] == 0  # the untrained state: no finetuning epoch
+    untrained = load_file(out / "model.safetensors")
+    tested = load_file(out / "finetune" / "model.safetensors")
+    assert tested and all(torch.equal(v, untrained[k]) for k, v in tested.items())
+    assert not any(r.get("train_loss") for r in rows(out / "finetune" / "metrics.csv"))

@@ -1,4 +1,4 @@
-"""Run the ``selfcaps`` command and SIGKILL it at a named point, for the kill/resume tests.
+"""Run the ``selfcaps`` command and signal it at a named point, for the kill/resume tests.
 
 ``python -m tests.reliability.kill_at POINT N ARGS...`` runs ``selfcaps ARGS`` in this
 process and sends it a real ``SIGKILL`` (nothing is flushed, no handler runs):
@@ -8,6 +8,13 @@ process and sends it a real ``SIGKILL`` (nothing is flushed, no handler runs):
 * ``epoch_start``: at the start of training epoch N (0-based), before its first batch;
 * ``evaluate``: at the start of the final evaluation (N is ignored);
 * ``finetune_batch``: after the N-th batch of MCAE's finetuning (its second phase).
+
+or a real SIGTERM / SIGINT, which the run handles (``selfcaps.methods.stopping``):
+
+* ``term_batch`` / ``int_batch``: SIGTERM / SIGINT as the N-th training batch starts;
+* ``term_twice_batch``: two SIGTERMs as the N-th training batch starts;
+* ``term_val_batch``: SIGTERM after the N-th validation batch;
+* ``term_evaluate``: SIGTERM at the start of the final evaluation.
 
 A point in the code rather than a moment on the clock, so the test is not at the mercy
 of the machine's load.
@@ -29,6 +36,14 @@ from selfcaps.cli.main import main
 from selfcaps.methods import get_method, list_methods
 
 POINTS = ("train_batch", "val_batch", "epoch_start", "evaluate", "finetune_batch")
+#: Points that send SIGTERM / SIGINT: (the SIGKILL point they stand in for, signals sent).
+SIGNAL_POINTS = {
+    "term_batch": ("train_batch_start", (signal.SIGTERM,)),
+    "int_batch": ("train_batch_start", (signal.SIGINT,)),
+    "term_twice_batch": ("train_batch_start", (signal.SIGTERM, signal.SIGTERM)),
+    "term_val_batch": ("val_batch", (signal.SIGTERM,)),
+    "term_evaluate": ("evaluate", (signal.SIGTERM,)),
+}
 
 
 def die() -> None:
@@ -37,17 +52,27 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Killer(Callback):
-    """Kills the process at ``point`` number ``n`` (see the module docstring)."""
+def send(*signals: int) -> None:
+    """Send these signals to this process (its handlers run at once, in this thread)."""
+    for s in signals:
+        os.kill(os.getpid(), s)
 
-    def __init__(self, point: str, n: int) -> None:
-        self.point, self.n, self.count = point, n, 0
+
+class Killer(Callback):
+    """Kills (or signals) the process at ``point`` number ``n`` (see the module docstring)."""
+
+    def __init__(self, point: str, n: int, action: Any = die) -> None:
+        self.point, self.n, self.count, self.action = point, n, 0, action
 
     def _tick(self, point: str) -> None:
         if point == self.point:
             self.count += 1
-            if self.count >= self.n:
-                die()
+            if self.count == self.n:
+                self.action()
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        """Count training batches as they start."""
+        self._tick("train_batch_start")
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         """Count training batches."""
@@ -64,7 +89,11 @@ class Killer(Callback):
 
 
 def install(point: str, n: int) -> None:
-    """Patch the run command so that the process dies at ``point``."""
+    """Patch the run command so that the process dies (or is signalled) at ``point``."""
+    action: Any = die
+    if point in SIGNAL_POINTS:
+        point, signals = SIGNAL_POINTS[point]
+        action = lambda: send(*signals)  # noqa: E731
     if point == "finetune_batch":
         finetune = selfcaps.methods.mcae.finetune
 
@@ -77,20 +106,27 @@ def install(point: str, n: int) -> None:
         selfcaps.methods.mcae.finetune = killing_finetune  # type: ignore[assignment]
     elif point == "evaluate":
         for name in list_methods():
-            get_method(name).evaluate = lambda self, dm: die()  # type: ignore[method-assign]
+            evaluate = get_method(name).evaluate
+
+            def acting_evaluate(self: Any, dm: Any, evaluate: Any = evaluate) -> Any:
+                action()
+                return evaluate(self, dm)
+
+            get_method(name).evaluate = acting_evaluate  # type: ignore[method-assign]
     else:
         # `selfcaps run` imports build_trainer from the engine when a run starts
         build = selfcaps.methods.engine.build_trainer
 
         def killing_build(*args: Any, **kwargs: Any) -> L.Trainer:
-            return build(*args, **kwargs, callbacks=[Killer(point, n)])
+            return build(*args, **kwargs, callbacks=[Killer(point, n, action)])
 
         selfcaps.methods.engine.build_trainer = killing_build  # type: ignore[assignment]
 
 
 if __name__ == "__main__":
     point, n = sys.argv[1], int(sys.argv[2])
-    if point not in POINTS:
-        raise SystemExit(f"unknown point {point!r}; valid: {', '.join(POINTS)}")
+    if point not in POINTS and point not in SIGNAL_POINTS:
+        valid = ", ".join([*POINTS, *SIGNAL_POINTS])
+        raise SystemExit(f"unknown point {point!r}; valid: {valid}")
     install(point, n)
     sys.exit(main(sys.argv[3:]))

@@ -2,7 +2,8 @@
 
 Errors a user can fix (an unknown name or key, a bad value, missing or corrupt
 data, an unreadable checkpoint) are printed as one ``selfcaps: error: ...``
-line on stderr with exit code 2; a run stopped by a non-finite loss exits 3.
+line on stderr with exit code 2; a run stopped by a non-finite loss exits 3; a run
+stopped by SIGTERM or SIGINT exits ``128 + signal number`` (:mod:`selfcaps.methods.stopping`).
 
 Nothing here, nor in the modules that build the parser, imports torch or
 Lightning: ``--version``, ``--help``, ``list`` and configuration errors answer
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("evaluate", "parameters and FLOPs of a method's network"),
     "bench": ("bench", "all methods on their datasets, same budget, one report"),
     "report": ("report", "the docs' result tables, generated from results/registry.yaml"),
+    "cache": ("cache", "where decoded datasets are cached (--list), and freeing it (--clear)"),
 }
 _SAME_ARGUMENTS = {"pretrain": "run"}
 
@@ -141,8 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _quiet_third_party()
     passive_openmp()  # before torch loads OpenMP: waiting threads sleep (cli/threads.py)
+    from selfcaps.methods.stopping import Interrupted  # (imports no torch)
+
     try:
         return int(args.func(args) or 0)
+    except Interrupted as e:  # SIGTERM / SIGINT outside training
+        print(f"selfcaps: {e}", file=sys.stderr)
+        return e.exit_code
     except Exception as e:
         code = _exit_code(e)
         if code is None:

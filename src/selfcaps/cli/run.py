@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import time
 from datetime import datetime
@@ -38,11 +39,12 @@ from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.config_checks import check_config
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.flags import METHOD_FLAGS, CliFlag
+from selfcaps.methods.flags import METHOD_FLAGS, NO_TRAINING, CliFlag
 
 if TYPE_CHECKING:  # imported when a run starts (they import torch and Lightning)
     from selfcaps.methods import CapsuleMethod
     from selfcaps.methods.datamodule import SelfcapsDataModule
+    from selfcaps.methods.stopping import StopSignals
 
 __all__ = ["add_run_arguments", "cmd_pretrain", "cmd_run", "prepare_run", "resolve_data_root"]
 
@@ -159,6 +161,8 @@ def _overrides_from_args(args: argparse.Namespace, method: str) -> list[tuple[st
         value = getattr(args, attr, None)
         if value is not None and attr != "data_root":
             pairs.append((key, value))
+    if getattr(args, "epochs", None) == 0:  # no training at all (method flags may override)
+        pairs += list(NO_TRAINING.get(method, {}).items())
     for attr, key in _SWITCH_KEYS.items():
         if getattr(args, attr, False):
             pairs.append((key, attr != "no_progress"))
@@ -209,21 +213,9 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     if args.resume:
         if args.out is None:
             raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
-        saved = args.out / "config.yaml"
-        if not saved.is_file():
-            raise ConfigError(f"--resume: {saved} does not exist")
-        cfg = OmegaConf.create(load_yaml(saved))
-        if cfg.method != name:
-            raise ConfigError(f"--resume: {args.out} is a {cfg.method} run, not {name}")
-        last = args.out / "checkpoints" / "last.ckpt"
-        ckpt = last if last.is_file() else None
-        # A resumed run may get a new budget; nothing else may change.
-        for key in ("max_time", "epochs", "max_steps"):
-            if getattr(args, key) is not None:
-                cfg.trainer[key] = getattr(args, key)
-        source = f"{saved} (data.root)"
-        check_files_present(str(cfg.data.name), cfg.data.root, source)
-        return cfg, args.out, ckpt, source
+        resumed = _resumable(args, name)
+        if resumed is not None:
+            return resumed
     preset = args.preset or default_preset(name, args.data)
     cfg = load_config(name, preset, _overrides_from_args(args, name), methods=list_methods())
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
@@ -246,6 +238,75 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     can_create(out)
     get_method(name).validate_config(cfg)  # imports the method (torch, Lightning)
     return cfg, out, None, source
+
+
+#: Files that show a run trained (or finished) in a directory without ``last.ckpt``.
+_PROGRESS_FILES = ("metrics.json", "metrics.csv", "model.safetensors", "checkpoints/best.ckpt")
+
+
+def _resumable(
+    args: argparse.Namespace, name: str
+) -> tuple[DictConfig, Path, Path | None, str] | None:
+    """What ``--resume`` continues: the saved configuration and ``last.ckpt`` of ``args.out``.
+
+    Returns None (start a fresh run from the command line) when ``args.out`` holds
+    nothing of a run; a run directory without ``last.ckpt`` starts afresh from its
+    saved configuration if it holds no progress (only ``config.yaml``: stopped before
+    its first checkpoint and its first logged step), and is an error otherwise.
+    """
+    out: Path = args.out
+    saved, last = out / "config.yaml", out / "checkpoints" / "last.ckpt"
+    progress = [str(out / f) for f in _PROGRESS_FILES if (out / f).is_file()]
+    if not last.is_file():
+        if progress:
+            raise ConfigError(
+                f"--resume: no checkpoint {last} to continue from, but {out} holds a run that "
+                f"trained ({', '.join(progress)}); start it again with another --out"
+            )
+        if not saved.is_file():
+            print(f"--resume: {out} holds no run yet ({last} does not exist): starting a fresh run")
+            return None
+        print(
+            f"--resume: {out} holds no checkpoint and no progress yet ({last} does not exist): "
+            "starting a fresh run from its config.yaml"
+        )
+    elif not saved.is_file():
+        raise ConfigError(f"--resume: {saved} does not exist (the configuration of {last})")
+    cfg = OmegaConf.create(load_yaml(saved))
+    if cfg.method != name:
+        raise ConfigError(f"--resume: {out} is a {cfg.method} run, not {name}")
+    # A resumed run may get a new budget; nothing else may change.
+    for key in ("max_time", "epochs", "max_steps"):
+        if getattr(args, key) is not None:
+            cfg.trainer[key] = getattr(args, key)
+    source = f"{saved} (data.root)"
+    check_files_present(str(cfg.data.name), cfg.data.root, source)
+    return cfg, out, (last if last.is_file() else None), source
+
+
+def resume_message(ckpt: Path, saved: dict[str, Any], planned: int) -> str:
+    """The line a resumed run prints: the epoch and batch it continues from (1-based).
+
+    Args:
+        ckpt: The checkpoint resumed.
+        saved: Its contents (``resume_at``: epoch and batches of it trained, 0-based).
+        planned: ``trainer.epochs``.
+
+    Examples:
+        >>> resume_message(Path("r/last.ckpt"), {"resume_at": [1, 4], "global_step": 12}, 3)
+        'resuming from r/last.ckpt at epoch 2 of 3, batch 5 (12 steps trained)'
+    """
+    epoch, batches = saved["resume_at"] if "resume_at" in saved else (int(saved["epoch"]) + 1, 0)
+    steps = int(saved.get("global_step", 0))
+    if epoch >= planned:
+        return (
+            f"resuming from {ckpt}: the {planned} planned epochs are trained ({steps} steps); "
+            "no further training"
+        )
+    return (
+        f"resuming from {ckpt} at epoch {epoch + 1} of {planned}, batch {batches + 1} "
+        f"({steps} steps trained)"
+    )
 
 
 def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
@@ -286,8 +347,40 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
 
     The run directory is created only once the data is loaded and the network takes
     it; the directories created are appended to ``made`` (for :func:`remove_if_empty`).
+    SIGTERM and SIGINT are handled while it runs (:mod:`selfcaps.methods.stopping`).
+
+    Returns:
+        0, or ``128 + signal number`` when a stop signal ended training.
     """
     cfg, out, ckpt, root_source = prepare_run(args)
+    from selfcaps.methods.stopping import StopSignals
+
+    stop = StopSignals()
+    stop.hint = f"{resume_command(args, out)} continues it"
+    stop.install()
+    try:
+        return _train(args, evaluate, made, stop, cfg, out, ckpt, root_source)
+    finally:
+        stop.restore()
+
+
+def resume_command(args: argparse.Namespace, out: Path) -> str:
+    """The command that continues the run in ``out`` (``selfcaps run coca --out DIR --resume``)."""
+    command = getattr(args, "command", None) or "run"
+    return f"selfcaps {command} {args.method} --out {shlex.quote(str(out))} --resume"
+
+
+def _train(
+    args: argparse.Namespace,
+    evaluate: bool,
+    made: list[Path] | None,
+    stop: StopSignals,
+    cfg: DictConfig,
+    out: Path,
+    ckpt: Path | None,
+    root_source: str,
+) -> int:
+    """:func:`train` once the configuration is resolved, with the stop signals watched."""
     commit = git_commit()  # the code this process runs, not whatever is checked out at the end
     import lightning as L
     import torch
@@ -321,21 +414,59 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         saved = load_checkpoint(ckpt)  # an older checkpoint without "resume_at": an epoch end
         resume_epoch, batches = saved.get("resume_at", (int(saved["epoch"]) + 1, 0))
         dm.resume_at(resume_epoch, batches)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            print(resume_message(ckpt, saved, int(method.cfg.trainer.epochs)))
     metric, mode = method.monitor_metric
     trainer = build_trainer(
-        method.cfg, out, metric, mode, resume_epoch=resume_epoch, resume_mid_epoch=batches > 0
+        method.cfg,
+        out,
+        metric,
+        mode,
+        resume_epoch=resume_epoch,
+        resume_mid_epoch=batches > 0,
+        stop=stop,
     )
+    stop.on_second = lambda signum: _stop_launched_processes(trainer)
     if trainer.is_global_zero:  # a resumed run may have a new budget
         atomic_write_yaml(out / "config.yaml", OmegaConf.to_container(method.cfg, resolve=True))
     t0 = time.perf_counter()
     last = out / "checkpoints" / "last.ckpt"
     if int(method.cfg.trainer.epochs) > 0:
-        trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+        stop.training = True
+        try:
+            trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+        finally:
+            stop.training = False
     else:  # no training phase (e.g. MCAE's no-pretraining baseline): keep the initial weights
         _save_initial_checkpoint(method, last)
+    stop.where = "after training"
     train_time = time.perf_counter() - t0 + _seconds_before_resume(trainer)
+    world = trainer.world_size
+    images = trainer.global_step * int(method.cfg.data.batch_size) * world
+    metrics: dict[str, Any] = {
+        "method": method.name,
+        "dataset": str(method.cfg.data.name),
+        "preset": str(method.cfg.preset),
+        **_budget_metrics(trainer, method.cfg),
+        "steps": int(trainer.global_step),
+        "train_time_s": round(train_time, 1),
+        "train_images_per_s": round(images / max(train_time, 1e-9), 1),
+    }
+    provenance = {
+        "selfcaps_version": __version__,
+        "git_commit": commit,
+        "torch_version": torch.__version__,
+        "device": str(method.device),
+        "world_size": int(world),
+        "threads": threads,
+    }
+    if stop.signum is not None:  # training stopped by a signal: no evaluation
+        if trainer.is_global_zero:
+            _write_stopped(args, out, {**metrics, **provenance}, stop.signum)
+        return 128 + stop.signum
     if not trainer.is_global_zero:
         return 0
+    stop.where = "during the final evaluation" if evaluate else "while writing the weights"
     best = out / "checkpoints" / "best.ckpt"
     if best.is_file():
         state = load_checkpoint(best)
@@ -347,28 +478,14 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
         selected = "last (no validation ran)"
         best_epoch = int(trainer.current_epoch)
     method.to("cpu" if method.cfg.trainer.accelerator == "cpu" else method.device)
-    world = trainer.world_size
-    images = trainer.global_step * int(method.cfg.data.batch_size) * world
-    metrics: dict[str, Any] = {
-        "method": method.name,
-        "dataset": str(method.cfg.data.name),
-        "preset": str(method.cfg.preset),
-        **_budget_metrics(trainer, method.cfg),
-        "steps": int(trainer.global_step),
-        "train_time_s": round(train_time, 1),
-        "train_images_per_s": round(images / max(train_time, 1e-9), 1),
+    metrics.update({
         "best_checkpoint": selected,
         "best_epoch": best_epoch,
         "nonfinite_skipped": int(method.nonfinite_skipped),
         "params": int(sum(p.numel() for p in method.network.parameters())),
         "flops_per_image": _flops_per_image(method),
-        "selfcaps_version": __version__,
-        "git_commit": commit,
-        "torch_version": torch.__version__,
-        "device": str(method.device),
-        "world_size": int(world),
-        "threads": threads,
-    }
+        **provenance,
+    })  # fmt: skip
     for cb in trainer.checkpoint_callbacks:  # restored from last.ckpt when resuming
         if getattr(cb, "monitor", None) == metric and cb.best_model_score is not None:
             metrics[f"best_{metric}"] = float(cb.best_model_score)
@@ -391,6 +508,35 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
     if (line := method.summary_line(metrics)) is not None:
         print(line)
     return 0
+
+
+def _write_stopped(
+    args: argparse.Namespace, out: Path, metrics: dict[str, Any], signum: int
+) -> None:
+    """``metrics.json`` of a run a signal stopped (no evaluation) and the console lines."""
+    from selfcaps.methods.io import atomic_write_json
+    from selfcaps.methods.stopping import signal_name
+
+    name = signal_name(signum)
+    metrics = {**metrics, "signal": name}
+    atomic_write_json(out / "metrics.json", metrics)
+    part = metrics.get("batches_into_next_epoch", 0)
+    trained = f"{metrics['epochs_trained']} epochs" + (f" and {part} batches" if part else "")
+    print(
+        f"Training stopped by {name}: {trained} trained of {metrics['epochs_planned']} planned "
+        f"({metrics['steps']} steps), saved in {out / 'checkpoints' / 'last.ckpt'}; no final "
+        f"evaluation. Continue exactly where it stopped with:\n  {resume_command(args, out)}",
+        flush=True,
+    )
+
+
+def _stop_launched_processes(trainer: Any) -> None:
+    """Kill the processes a DDP launcher started (before a second signal ends this one)."""
+    import signal
+
+    launcher = getattr(trainer.strategy, "launcher", None)
+    if launcher is not None and hasattr(launcher, "kill"):
+        launcher.kill(signal.SIGKILL)
 
 
 def _seconds_before_resume(trainer: Any) -> float:

@@ -4,16 +4,36 @@
 creates anything; :func:`can_create` checks the output location without creating
 it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
+:func:`run_finished` tells a finished run from one a stop signal interrupted (both
+have a ``metrics.json``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from selfcaps.methods.atomic import check_writable
 
-__all__ = ["can_create", "make_run_dir", "remove_if_empty"]
+__all__ = ["can_create", "make_run_dir", "remove_if_empty", "run_finished"]
+
+
+def run_finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished run: a ``metrics.json`` not written by a stop signal.
+
+    A run stopped by SIGTERM or SIGINT writes ``metrics.json`` with ``stopped_by: signal``
+    and no evaluation; ``--resume`` finishes it. An unreadable ``metrics.json`` counts as
+    not finished.
+    """
+    path = Path(run_dir) / "metrics.json"
+    if not path.is_file():
+        return False
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(metrics, dict) and metrics.get("stopped_by") != "signal"
 
 
 def _missing_ancestors(path: Path) -> tuple[Path, list[Path]]:

@@ -27,7 +27,12 @@ def check(cfg: Any) -> None:
     check_key(cfg, "model.mask_ratio", lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)")
     if "mask_mode" in cfg.model:  # runs made before the key: pixels_zeroed
         one_of(cfg, "model.mask_mode", MASK_MODES, " or ".join(MASK_MODES))
-    check_key(cfg, "eval.finetune_epochs", lambda v: v >= 1, ">= 1 (finetuning is the evaluation)")
+    check_key(
+        cfg,
+        "eval.finetune_epochs",
+        lambda v: v >= 0 and v == int(v),
+        ">= 0 (0: the class capsules are tested untrained, as after --epochs 0)",
+    )
     if "finetune_pretrained_lr_scale" in cfg.eval:  # runs made before the key: 1
         check_key(
             cfg,

@@ -65,6 +65,13 @@ def check(cfg: Any) -> None:
     check_key(cfg, "trainer.epochs", lambda v: v >= 0, "a number of epochs >= 0 (0: no training)")
     check_key(cfg, "trainer.max_steps", lambda v: v == -1 or v >= 1, "-1 (no limit) or >= 1")
     check_key(cfg, "trainer.max_time", _optional_positive, "null or minutes > 0")
+    check_key(cfg, "trainer.checkpoint_every_n_minutes", _optional_positive, "null or minutes > 0")
+    check_key(
+        cfg,
+        "trainer.checkpoint_every_n_steps",
+        lambda v: v is None or (v >= 1 and v == int(v)),
+        "null or a number of steps >= 1",
+    )
     check_key(cfg, "trainer.devices", lambda v: v == "auto" or v >= 1, "a number of devices >= 1")
     check_key(
         cfg,

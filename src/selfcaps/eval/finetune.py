@@ -202,7 +202,8 @@ def finetune(
         train_data: Dataset of ``(image, target)`` (shuffled with ``seed``) or a DataLoader.
         val_data: Validation split (carved from the training set), for selecting the epoch.
         test_data: Test split, evaluated once with the selected state.
-        epochs: Training epochs (also the length of the cosine schedule).
+        epochs: Training epochs (also the length of the cosine schedule); 0: no training,
+            the network as given is validated and tested (``best_epoch`` -1).
         lr: Peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         batch_size: Batch size for splits given as datasets.
@@ -267,11 +268,15 @@ def finetune(
         "deterministic": deterministic,
     }
     trainer = L.Trainer(max_epochs=epochs, **{**settings, **trainer_kwargs})
-    trainer.fit(
-        module,
-        train_dataloaders=as_loader(train_data, batch_size, shuffle=True, seed=seed),
-        val_dataloaders=as_loader(val_data, batch_size),
-    )
+    if epochs == 0:  # no training: the given state is the selected one
+        trainer.validate(module, dataloaders=as_loader(val_data, batch_size), verbose=False)
+        module.best_epoch = -1
+    else:
+        trainer.fit(
+            module,
+            train_dataloaders=as_loader(train_data, batch_size, shuffle=True, seed=seed),
+            val_dataloaders=as_loader(val_data, batch_size),
+        )
     if module.best_state is None:
         raise RuntimeError("no validation epoch ran, so no epoch could be selected")
     module.load_state_dict(module.best_state)

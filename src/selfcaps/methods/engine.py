@@ -27,6 +27,7 @@ from torch import Tensor
 from selfcaps.eval.progress import RunProgressBar
 from selfcaps.methods.clock import ElapsedTime
 from selfcaps.methods.io import AtomicCheckpointIO, atomic_write_text, atomic_write_yaml
+from selfcaps.methods.stopping import StopSignals, agree
 
 __all__ = [
     "STOP_REASONS",
@@ -128,20 +129,27 @@ class RunCSVLogger(CSVLogger):
 warnings.filterwarnings(
     "ignore", message="You're resuming from a checkpoint that ended before the epoch ended"
 )
+# The run directory of a resumed run holds its checkpoints: that is the point of it.
+warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
 
 #: What can end training, as ``metrics.json``'s ``stopped_by`` records it: the planned
-#: ``trainer.epochs`` all trained, or a budget that ended training before them.
-STOP_REASONS = ("epochs", "max_steps", "max_time")
+#: ``trainer.epochs`` all trained, a budget that ended training before them, or SIGTERM /
+#: SIGINT (:mod:`selfcaps.methods.stopping`).
+STOP_REASONS = ("epochs", "max_steps", "max_time", "signal")
 
 
 class LastCheckpoint(Callback):
-    """``last.ckpt`` and the step and time budgets: where training stops, a resume starts exactly.
+    """``last.ckpt``, budgets and stop signals: where training stops, a resume starts exactly.
 
     ``last.ckpt`` is written at the end of every training epoch (after that epoch's
-    validation) and where a budget (``trainer.max_steps``, ``trainer.max_time``) stops
-    training in the middle of an epoch. It holds everything a resume needs: weights,
-    optimiser and scheduler, loop progress, callback state (including ``best.ckpt``'s
-    score), method state, the RNG state, the position in the epoch's data order
+    validation), every ``trainer.checkpoint_every_n_minutes`` minutes and every
+    ``trainer.checkpoint_every_n_steps`` steps at the end of a batch (so that a kill
+    inside a long epoch loses no more than that), and where a budget
+    (``trainer.max_steps``, ``trainer.max_time``) or a stop signal (SIGTERM, SIGINT;
+    :mod:`selfcaps.methods.stopping`) stops training in the middle of an epoch. Every
+    write is atomic (temporary file, then ``os.replace``). It holds everything a resume
+    needs: weights, optimiser and scheduler, loop progress, callback state (including
+    ``best.ckpt``'s score), method state, the RNG state, the position in the epoch's data order
     (:func:`resume_position`) and, in the middle of an epoch, the running sums behind the
     epoch's logged means (so that its ``metrics.csv`` row is exact too).
 
@@ -154,19 +162,40 @@ class LastCheckpoint(Callback):
     ``max_steps`` would (no validation of a part of an epoch), after writing
     ``last.ckpt`` there; resuming continues at the next batch of that epoch.
 
+    Under DDP the processes agree at every batch end (one all-reduce,
+    :func:`~selfcaps.methods.stopping.agree`): a signal received by any process stops
+    all of them after the same batch; the clocks of the time budget and of the
+    periodic checkpoint are rank 0's.
+
     Args:
         path: The checkpoint file.
         epochs: ``trainer.epochs`` (training always ends after them).
         max_steps: Step budget (-1: none); optimiser steps, counted over all resumes.
         max_minutes: Time budget of this process's training (None: none), in minutes.
+        every_n_minutes: Also write ``last.ckpt`` at the first batch end this many
+            minutes after the previous write (None: not on the clock).
+        every_n_steps: Also write it at every batch end whose step count is a multiple
+            of this (None: not by steps).
+        stop: The run's stop-signal handlers (None: signals are not watched).
     """
 
     def __init__(
-        self, path: Path, epochs: int, max_steps: int = -1, max_minutes: float | None = None
+        self,
+        path: Path,
+        epochs: int,
+        max_steps: int = -1,
+        max_minutes: float | None = None,
+        every_n_minutes: float | None = None,
+        every_n_steps: int | None = None,
+        stop: StopSignals | None = None,
     ) -> None:
         self.path, self.epochs = path, int(epochs)
         self.max_steps = int(max_steps)
         self.max_seconds = None if max_minutes is None else 60.0 * float(max_minutes)
+        self.every_seconds = None if every_n_minutes is None else 60.0 * float(every_n_minutes)
+        self.every_steps = None if every_n_steps is None else int(every_n_steps)
+        self.stop = stop
+        self._saved_at = time.monotonic()
         #: Why training ended (a :data:`STOP_REASONS` item; None while it runs).
         self.stopped_by: str | None = None
         #: :func:`resume_position` of the last ``last.ckpt`` written (or resumed from).
@@ -197,6 +226,7 @@ class LastCheckpoint(Callback):
     def _save(self, trainer: L.Trainer) -> None:
         self.position = resume_position(trainer)
         trainer.save_checkpoint(self.path, weights_only=False)
+        self._saved_at = time.monotonic()
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -213,22 +243,48 @@ class LastCheckpoint(Callback):
         self._sums_to_restore = dict(checkpoint.get("epoch_sums", {}))
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Start the clock (a resumed run has a new time budget); a spent step budget stops."""
-        self._t0 = time.monotonic()
+        """Start the clocks (a resumed run has a new time budget); a spent step budget stops.
+
+        The stop-signal handlers are installed again: Lightning has just replaced the
+        SIGTERM handler with its own, which would end the run with exit code 0.
+        """
+        self._t0 = self._saved_at = time.monotonic()
         self.stopped_by = None
-        if self._budget_spent(trainer) == "max_steps":
+        if self.stop is not None:
+            self.stop.install()
+            if hasattr(trainer, "_signal_connector"):  # a SIGTERM caught by Lightning's handler
+                trainer._signal_connector.received_sigterm = False
+        if self.max_steps >= 0 and trainer.global_step >= self.max_steps:
             self.stopped_by = "max_steps"
             trainer.fit_loop.epoch_loop.max_steps = trainer.global_step
 
-    def _budget_spent(self, trainer: L.Trainer) -> str | None:
+    def _decisions(self, trainer: L.Trainer) -> tuple[str | None, bool]:
+        """Why training stops after this batch (None: it goes on), and whether to checkpoint.
+
+        Signals are any process's; clocks are rank 0's (they differ between processes).
+        """
+        now = time.monotonic()
+        zero = trainer.is_global_zero
+        late = zero and self.max_seconds is not None and now - self._t0 >= self.max_seconds
+        due = zero and self.every_seconds is not None and now - self._saved_at >= self.every_seconds
+        signum, late, due = _agreed(trainer, [self._signum(), late, due])
+        if self.every_steps and trainer.global_step % self.every_steps == 0:
+            due = True
+        if signum:
+            self._note_signal(int(signum))
+            return "signal", bool(due)
         if self.max_steps >= 0 and trainer.global_step >= self.max_steps:
-            return "max_steps"
-        if self.max_seconds is not None:
-            late = time.monotonic() - self._t0 >= self.max_seconds
-            # Clocks differ between processes: rank 0 decides for all (as Lightning's Timer).
-            if trainer.strategy.broadcast(late, src=0):
-                return "max_time"
-        return None
+            return "max_steps", bool(due)
+        return ("max_time" if late else None), bool(due)
+
+    def _signum(self) -> int:
+        """The stop signal this process received (0: none)."""
+        return 0 if self.stop is None or self.stop.signum is None else self.stop.signum
+
+    def _note_signal(self, signum: int) -> None:
+        """Record another process's signal as this one's (for the exit code)."""
+        if self.stop is not None and self.stop.signum is None:
+            self.stop.signum = signum
 
     def on_train_batch_end(
         self,
@@ -238,13 +294,21 @@ class LastCheckpoint(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Stop (and write ``last.ckpt`` if mid-epoch) when a budget is spent."""
+        """Stop (and write ``last.ckpt`` if mid-epoch) when a budget is spent or a signal came.
+
+        Otherwise write ``last.ckpt`` if a periodic checkpoint is due (not at the last
+        batch of an epoch: the epoch end writes it anyway).
+        """
         if self._sums_to_restore:
             _add_epoch_sums(trainer, self._sums_to_restore)
-        reason = self._budget_spent(trainer)
-        if reason is None or self.stopped_by is not None:
+        if self.stopped_by is not None:
             return
+        reason, due = self._decisions(trainer)
         last_batch = batch_idx + 1 >= trainer.num_training_batches
+        if reason is None:
+            if due and not last_batch:
+                self._save(trainer)
+            return
         if last_batch and trainer.current_epoch + 1 >= self.epochs:
             return  # the planned epochs end here anyway
         self.stopped_by = reason
@@ -261,8 +325,23 @@ class LastCheckpoint(Callback):
         self._save(trainer)
         if self.stopped_by is None and trainer.current_epoch + 1 >= self.epochs:
             self.stopped_by = "epochs"
+        if self.stopped_by is None and self.stop is not None:  # a signal during validation
+            (signum,) = _agreed(trainer, [self._signum()])
+            if signum:
+                self._note_signal(int(signum))
+                self.stopped_by = "signal"
         if self.stopped_by is not None:
             trainer.should_stop = True
+
+
+def _agreed(trainer: L.Trainer, local: list[float]) -> list[float]:
+    """:func:`~selfcaps.methods.stopping.agree` over the trainer's processes (max of each)."""
+    if trainer.world_size == 1:
+        return local
+    strategy = trainer.strategy
+    return agree(
+        local, lambda t: strategy.reduce(t.to(strategy.root_device), reduce_op="max").cpu()
+    )
 
 
 def _epoch_results(trainer: L.Trainer) -> dict[str, Any]:
@@ -315,6 +394,11 @@ def resume_position(trainer: L.Trainer) -> tuple[int, int]:
     return epoch, int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
 
 
+def _optional(value: Any, kind: type) -> Any:
+    """``kind(value)``, or None for a missing, null or zero value (0: off)."""
+    return kind(value) if value else None
+
+
 def build_trainer(
     cfg: Any,
     run_dir: Path,
@@ -323,6 +407,7 @@ def build_trainer(
     callbacks: list[Callback] | None = None,
     resume_epoch: int | None = None,
     resume_mid_epoch: bool = False,
+    stop: StopSignals | None = None,
 ) -> L.Trainer:
     """A Trainer for a run configuration.
 
@@ -334,6 +419,7 @@ def build_trainer(
         callbacks: Extra callbacks.
         resume_epoch: Epoch a resumed run starts from (for the CSV log).
         resume_mid_epoch: Whether it starts in that epoch's middle (for the CSV log).
+        stop: The run's stop-signal handlers (:mod:`selfcaps.methods.stopping`).
 
     Returns:
         The configured ``lightning.Trainer``.
@@ -347,6 +433,9 @@ def build_trainer(
             epochs=int(t.epochs),
             max_steps=int(t.max_steps),
             max_minutes=float(t.max_time) if t.max_time else None,
+            every_n_minutes=_optional(t.get("checkpoint_every_n_minutes"), float),
+            every_n_steps=_optional(t.get("checkpoint_every_n_steps"), int),
+            stop=stop,
         )
     ]
     if every > 0:

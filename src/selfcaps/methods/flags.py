@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-__all__ = ["METHOD_FLAGS", "CliFlag", "on_off"]
+__all__ = ["METHOD_FLAGS", "NO_TRAINING", "CliFlag", "on_off"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,12 @@ METHOD_FLAGS: dict[str, dict[str, CliFlag]] = {
         )
     },
 }
+
+
+#: What ``--epochs 0`` also sets for a method whose evaluation trains, so that ``--epochs 0``
+#: means no training at all for every method. ``--epochs`` counts MCAE's pretraining
+#: epochs (as ``--pretrain-epochs``); with 0 its finetuning is skipped too and the
+#: untrained class capsules are tested. ``--pretrain-epochs 0`` (no pretraining, then the
+#: usual finetuning: the no-pretraining baseline of its claim) and an explicit
+#: ``--finetune-epochs N`` are unaffected.
+NO_TRAINING: dict[str, dict[str, int]] = {"mcae": {"eval.finetune_epochs": 0}}

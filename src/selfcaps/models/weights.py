@@ -9,13 +9,18 @@ the network's own ``state_dict``; :func:`load_network_state` loads it into a
 network and names the first key that does not fit.
 
 Checkpoints are read with ``torch.load(weights_only=True)``: a checkpoint crafted
-to run code when unpickled is refused.
+to run code when unpickled is refused. A file that torch cannot load is then read (never
+unpickled) with :mod:`pickletools` to tell the two failures apart: a well-formed pickle
+that names Python objects outside torch's allowed set is refused as unsafe; anything
+else (random bytes, a truncated file, another format) is "not a valid checkpoint".
 """
 
 from __future__ import annotations
 
 import json
-import pickle
+import pickletools
+import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,7 @@ __all__ = [
     "CHECKPOINTS",
     "CheckpointError",
     "TrainedWeights",
+    "disallowed_globals",
     "load_checkpoint",
     "load_network_state",
     "load_weights",
@@ -60,27 +66,107 @@ def load_checkpoint(path: Path | str, map_location: Any = "cpu") -> dict[str, An
         The checkpoint dictionary.
 
     Raises:
-        CheckpointError: Missing, truncated, or containing Python objects that
-            ``weights_only`` loading refuses (which is how a checkpoint crafted
-            to execute code on unpickling is stopped).
+        CheckpointError: Missing; not a valid checkpoint (random bytes, truncated,
+            another format); or a well-formed pickle naming Python objects that
+            ``weights_only`` loading refuses (which is how a checkpoint crafted to
+            execute code on unpickling is stopped). The message names the file.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
+        with warnings.catch_warnings():  # torch's note on pickle protocols of foreign files
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises many types here; its messages may advise unsafe loading
+        unsafe = disallowed_globals(path)
+        if unsafe:
+            raise CheckpointError(
+                f"refusing to load {path}: it is a well-formed pickle that names Python objects "
+                f"other than tensors and plain data ({', '.join(unsafe)}), which could execute "
+                "code when unpickled"
+            ) from None
         raise CheckpointError(
-            f"refusing to load {path}: it contains Python objects other than tensors and "
-            f"plain data, which could execute code when unpickled ({str(e).splitlines()[0]})"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: truncated or corrupt ({e})"
+            f"{path} is not a valid checkpoint: truncated or corrupt, or not written by "
+            f"torch.save ({_reason(e)})"
         ) from None
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path} is not a checkpoint (got {type(ckpt).__name__})")
     return ckpt
+
+
+def _reason(e: Exception) -> str:
+    """A short reason from torch's exception, without its advice to load unsafely."""
+    text = str(e)
+    if "Weights only load failed" in text or not text.strip():
+        return (
+            "not a readable pickle" if text.strip() else f"{type(e).__name__}: empty or ended early"
+        )
+    return f"{type(e).__name__}: {text.splitlines()[0].split('. ')[0][:200]}"
+
+
+def _pickle_bytes(path: Path) -> bytes:
+    """The pickle of a checkpoint: ``*/data.pkl`` of a torch zip archive, else the whole file."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
+            return z.read(name) if name is not None else b""
+    return path.read_bytes()
+
+
+def _allowed_globals() -> set[str]:
+    """What ``torch.load(weights_only=True)`` accepts by default (module.name)."""
+    try:
+        from torch._weights_only_unpickler import _get_allowed_globals
+
+        return set(_get_allowed_globals())
+    except (ImportError, AttributeError):  # another torch: only its own classes
+        return set()
+
+
+def disallowed_globals(path: Path | str) -> list[str] | None:
+    """The Python objects a well-formed pickle names that weights-only loading refuses.
+
+    The pickle is read with :func:`pickletools.genops` (its opcodes are parsed, nothing
+    is constructed or run).
+
+    Args:
+        path: A checkpoint file (torch zip archive or plain pickle).
+
+    Returns:
+        ``module.name`` of each refused global, in order of appearance (empty if none);
+        None if the file is not a well-formed pickle (random bytes, truncated, another
+        format).
+    """
+    try:
+        data = _pickle_bytes(Path(path))
+        found: list[str] = []
+        strings: list[str] = []  # string operands seen, for STACK_GLOBAL (module, name)
+        memo: dict[int, str] = {}
+        with warnings.catch_warnings():  # odd escapes in the STRING operands of random bytes
+            warnings.simplefilter("ignore")
+            ops = list(pickletools.genops(data))
+        for op, arg, _ in ops:
+            if isinstance(arg, str) and op.name not in ("GLOBAL", "INST"):
+                strings.append(arg)
+            elif op.name in ("GLOBAL", "INST"):
+                found.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(f"{strings[-2]}.{strings[-1]}")
+            elif op.name in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT") and strings:
+                memo[len(memo) if op.name == "MEMOIZE" else int(arg)] = strings[-1]
+            elif op.name in ("BINGET", "LONG_BINGET", "GET") and int(arg) in memo:
+                strings.append(memo[int(arg)])
+    except (ValueError, KeyError, EOFError, OSError, zipfile.BadZipFile, UnicodeDecodeError):
+        return None
+    if not data:
+        return None
+    allowed = _allowed_globals()
+    return [
+        g
+        for g in dict.fromkeys(found)
+        if g not in allowed and (allowed or not g.startswith("torch."))
+    ]
 
 
 def load_weights(path: Path | str) -> tuple[dict[str, Tensor], dict]:

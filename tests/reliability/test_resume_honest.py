@@ -1,0 +1,90 @@
+"""``--resume`` says what it does: the epoch and batch it continues from, or why it cannot.
+
+A checkpoint that cannot be loaded is named, and a corrupt file is told apart from one
+crafted to run code; torch's advice to load with ``weights_only=False`` never reaches
+the user.
+"""
+
+import os
+import pickle
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from selfcaps.cli import main
+from selfcaps.cli.config import load_config
+from selfcaps.methods.io import CheckpointError, atomic_write_yaml, load_checkpoint
+from tests.runs import TINY
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def _saved_run(run, *files: str) -> None:
+    """A run directory with a config.yaml (and the named files, empty) but no last.ckpt."""
+    (run / "checkpoints").mkdir(parents=True)
+    # tiny, so that a --resume that wrongly starts afresh fails fast instead of training long
+    tiny = [("trainer.epochs", 1), ("data.train_subset", 64), ("data.batch_size", 32),
+            ("monitor.knn_every_n_epochs", 0), ("eval.baselines", False), ("eval.knn_k", 5),
+            ("trainer.progress_bar", False), ("trainer.threads", 1)]  # fmt: skip
+    cfg = OmegaConf.to_container(load_config("coca", "quick", tiny), resolve=True)
+    atomic_write_yaml(run / "config.yaml", cfg)
+    for name in files:
+        (run / name).write_text("")
+
+
+def test_resume_without_checkpoint_of_a_run_that_trained_is_an_error(tmp_path, capsys):
+    run = tmp_path / "run"
+    _saved_run(run, "metrics.csv")
+    assert main(["run", "coca", "--out", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"no checkpoint {run / 'checkpoints' / 'last.ckpt'}" in err
+    assert "metrics.csv" in err
+    assert (run / "config.yaml").is_file() and not (run / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.slow
+def test_resume_of_a_directory_without_progress_starts_fresh(tmp_path, capsys):
+    run = tmp_path / "never-ran"
+    args = ["run", "coca", "--epochs", "1", *TINY, "--out", str(run), "--resume"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"--resume: {run} holds no run yet" in out and "starting a fresh run" in out
+    assert (run / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [os.urandom(4096), b"", b"hello world\n" * 100, pickle.dumps({"a": 1}, protocol=4)],
+    ids=["random", "empty", "text", "foreign-pickle"],
+)
+def test_a_corrupt_checkpoint_is_not_called_unsafe(tmp_path, content):
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    text = str(e.value)
+    assert text.startswith(f"{path} is not a valid checkpoint"), text
+    assert "execute code" not in text and "weights_only" not in text
+
+
+@pytest.mark.parametrize("how", ["torch.save", "pickle"])
+def test_only_a_well_formed_pickle_with_disallowed_globals_is_unsafe(tmp_path, how):
+    path = tmp_path / "evil.ckpt"
+    payload = {"state_dict": {}, "x": _Exploit()}
+    if how == "torch.save":
+        torch.save(payload, path)
+    else:
+        path.write_bytes(pickle.dumps(payload, protocol=4))
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    text = str(e.value)
+    assert text.startswith(f"refusing to load {path}") and "system" in text, text
+    assert "weights_only" not in text
+    # the same archive, truncated, is corrupt, not unsafe
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="is not a valid checkpoint"):
+        load_checkpoint(path)
