@@ -19,8 +19,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = ("caps", "models", "losses", "data", "eval", "methods", "viz", "cli")
 #: Packages (and modules) below every layer: they import no layer.
@@ -29,8 +27,6 @@ FOUNDATION = ("_names", "config_checks", "configs")
 ENTRY = ("selfcaps", "selfcaps.__main__")
 #: Third-party packages a foundation module must not import.
 HEAVY = ("torch", "lightning", "torchvision", "timm", "numpy")
-#: The one cycle known today, being removed.
-KNOWN_CYCLE = ("selfcaps.cli.bench", "selfcaps.cli.claims")
 
 
 @dataclass(frozen=True)
@@ -177,15 +173,6 @@ def _cycles() -> list[tuple[str, ...]]:
     return sorted(out)
 
 
-def test_no_import_cycle_but_the_known_one():
-    assert [c for c in _cycles() if c != KNOWN_CYCLE] == []
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/bench.py <-> cli/claims.py import each other (BenchRow, run_command, execute, "
-    "environment, png_figure_html); remove this marker once that cycle is gone",
-)
 def test_no_import_cycle_at_all():
     assert _cycles() == []
 

@@ -115,7 +115,7 @@ def test_bad_rows_are_refused_with_the_row_named(tmp_path, change, match):
 def test_missing_fields_and_repeated_ids_are_refused(tmp_path):
     row = _row()
     del row["commit"]
-    with pytest.raises(RegistryError, match="missing field.*commit"):
+    with pytest.raises(RegistryError, match=r"missing field.*commit"):
         load_registry(_write(tmp_path, [row]))
     with pytest.raises(RegistryError, match="appears twice"):
         load_registry(_write(tmp_path, [_row(), _row()]))

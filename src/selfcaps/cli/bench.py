@@ -15,24 +15,22 @@ comparison (:mod:`selfcaps.cli.claims`); ``--suite all`` runs both.
 from __future__ import annotations
 
 import argparse
-import base64
 import csv
 import html
 import io
 import json
 import os
-import platform
-import subprocess
-import sys
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from selfcaps import __version__
 from selfcaps.cli.config import ConfigError, default_preset
-from selfcaps.cli.provenance import git_commit
+from selfcaps.cli.suite_runs import (
+    BenchRow,
+    environment,
+    execute,
+    fmt_value,
+    png_figure_html,
+    run_command,
+)
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.atomic import atomic_write_text
 
@@ -55,59 +53,6 @@ COLUMNS = [
     "random_init_top1", "params", "flops_per_image", "train_images_per_s", "wall_time_min",
     "status", "notes", "git_commit", "run_dir", "command",
 ]  # fmt: skip
-
-
-@dataclass
-class BenchRow:
-    """One (method, dataset) pair of the report."""
-
-    dataset: str
-    method: str
-    run_dir: Path
-    command: list[str]
-    status: str = "not run"
-    metrics: dict[str, Any] = field(default_factory=dict)
-    wall_time_s: float | None = None
-
-    def values(self) -> dict[str, Any]:
-        """The report's columns for this row (None where a value does not apply)."""
-        cls = get_method(self.method)
-        m = self.metrics
-
-        def key(name: str) -> Any:
-            k = cls.bench_keys.get(name)
-            return m.get(k) if k else None
-
-        wall = self.wall_time_s if self.wall_time_s is not None else m.get("bench_wall_time_s")
-        return {
-            "dataset": self.dataset,
-            "method": self.method,
-            "protocol": cls.bench_protocol,
-            "top1": key("top1"),
-            "top5": key("top5"),
-            "paper_top1": cls.paper_results.get(self.dataset),
-            "pixels_top1": key("pixels"),
-            "random_init_top1": key("random_init"),
-            "params": m.get("params"),
-            "flops_per_image": m.get("flops_per_image"),
-            "train_images_per_s": m.get("train_images_per_s"),
-            "wall_time_min": round(wall / 60, 1) if wall is not None else None,
-            "status": self.status,
-            "notes": "; ".join(
-                [f"{label} {_fmt(m[k])}" for label, k in cls.bench_notes.items() if k in m]
-                + _stop_note(m)
-            ),
-            "git_commit": m.get("git_commit"),
-            "run_dir": str(self.run_dir),
-            "command": " ".join(self.command),
-        }
-
-
-def _stop_note(m: dict[str, Any]) -> list[str]:
-    """``stopped by max_time: 2 of 8 epochs`` when a budget ended the run's training early."""
-    if m.get("stopped_by", "epochs") == "epochs":
-        return []
-    return [f"stopped by {m['stopped_by']}: {m['epochs_trained']} of {m['epochs_planned']} epochs"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,93 +117,8 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
     return rows
 
 
-def run_command(
-    method: str,
-    preset: str,
-    dataset: str,
-    run_dir: Path,
-    *,
-    seed: int | None = None,
-    budget: float | None = None,
-    data_root: str | None = None,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """The ``selfcaps run`` command line of one bench or claims run.
-
-    Args:
-        method: Method name.
-        preset: Preset name.
-        dataset: Dataset name.
-        run_dir: The run's ``--out``.
-        seed: ``--seed`` (None: the preset's).
-        budget: ``--max-time`` in minutes (None: the preset's epoch or step budget).
-        data_root: ``--data-root`` (None: the default).
-        extra: Further arguments (flags or ``key=value``), last.
-    """
-    cmd = ["selfcaps", "run", method, "--preset", preset, "--data", dataset]
-    if seed is not None:
-        cmd += ["--seed", str(seed)]
-    if budget is not None:
-        cmd += ["--max-time", f"{budget:g}"]
-    cmd += ["--out", str(run_dir), "--no-progress"]
-    if data_root:
-        cmd += ["--data-root", data_root]
-    return cmd + list(extra)
-
-
 def _methods_budget(args: argparse.Namespace) -> float:
     return DEFAULT_BUDGET if args.budget is None else args.budget
-
-
-def execute(row: BenchRow) -> None:
-    """Run ``row.command`` in a subprocess, or resume it from its ``last.ckpt``.
-
-    A row whose run directory has a ``metrics.json`` is not run again. An interrupted
-    one (a ``last.ckpt`` but no ``metrics.json``) resumes with the run's saved
-    configuration and the same ``--max-time`` budget, if the command had one.
-    """
-    if (row.run_dir / "metrics.json").is_file():
-        row.status = "done (earlier)"
-        return
-    cmd = list(row.command)
-    if (row.run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: the saved config rules
-        cmd = ["selfcaps", "run", row.method, "--out", str(row.run_dir), "--resume"]
-        if "--max-time" in row.command:
-            cmd += ["--max-time", row.command[row.command.index("--max-time") + 1]]
-        cmd.append("--no-progress")
-    print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "selfcaps", *cmd[1:]],
-        capture_output=True,
-        text=True,
-        env=_child_env(),
-    )
-    row.wall_time_s = time.perf_counter() - t0
-    row.status = "done" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-    row.run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(row.run_dir / "bench.log", proc.stdout + proc.stderr)
-    if proc.returncode == 0:
-        metrics_path = row.run_dir / "metrics.json"
-        metrics = json.loads(metrics_path.read_text())
-        metrics["bench_wall_time_s"] = round(row.wall_time_s, 1)
-        atomic_write_text(metrics_path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-    else:
-        print(f"[bench]   {row.status}; see {row.run_dir / 'bench.log'}", flush=True)
-
-
-def _child_env() -> dict[str, str]:
-    """The environment of a bench run: this very ``selfcaps`` first on the path.
-
-    So a checkout that is not installed (or another installed copy) never runs
-    different code from the bench that launched it.
-    """
-    import selfcaps
-
-    src = str(Path(selfcaps.__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    return env
 
 
 def collect_rows(rows: list[BenchRow]) -> list[BenchRow]:
@@ -270,37 +130,6 @@ def collect_rows(rows: list[BenchRow]) -> list[BenchRow]:
             if row.status == "not run":
                 row.status = "done (earlier)"
     return rows
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 0.01 and v != 0 else f"{v:.2f}"
-    if isinstance(v, int) and v >= 10_000:
-        return f"{v / 1e6:.2f} M"
-    return str(v)
-
-
-def environment() -> dict[str, str]:
-    """The selfcaps version, git commit, torch, device, Python and date of a report."""
-    import torch
-
-    commit = git_commit()
-    device = (
-        torch.cuda.get_device_name(0)
-        if torch.cuda.is_available()
-        else f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        "each run's threads: trainer.threads in its command, else torch's default)"
-    )
-    return {
-        "selfcaps": __version__,
-        "git commit": commit,
-        "torch": torch.__version__,
-        "device": device,
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-    }
 
 
 _HEAD = [
@@ -337,15 +166,6 @@ _KEYS = [
 ]
 
 
-def png_figure_html(png: bytes, caption: str) -> str:
-    """A PNG embedded in HTML (a self-contained report), with a caption."""
-    data = base64.b64encode(png).decode()
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" style="max-width:100%">'
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-    )
-
-
 def render_report(rows: list[BenchRow], out: Path, budget: float, extra_html: str = "") -> None:
     """Write ``report.md``, ``report.html`` and ``results.csv`` under ``out``.
 
@@ -374,7 +194,7 @@ def render_report(rows: list[BenchRow], out: Path, budget: float, extra_html: st
         ]
         for r in ds_rows:
             vals = r.values()
-            cells = [_fmt(vals[k]) for k in _KEYS]
+            cells = [fmt_value(vals[k]) for k in _KEYS]
             md.append("| " + " | ".join(cells) + " |")
             body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         body.append("</table>")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfcaps.cli.bench import BenchRow, environment, execute, png_figure_html, run_command
 from selfcaps.cli.config import ConfigError, default_preset
+from selfcaps.cli.suite_runs import BenchRow, environment, execute, png_figure_html, run_command
 from selfcaps.eval.paired import NOT_RESOLVED, PairedResult, overall_verdict, paired_comparison
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.claims import Arm, Claim, Comparison

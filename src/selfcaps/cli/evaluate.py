@@ -20,6 +20,11 @@ same images and labelled subset (``finetune`` only: the kNN, linear and SVM prob
 have no randomness); the keys then end in ``_seedS``.
 A method that finetunes its own classifier (MCAE's class capsules) does so for
 ``--protocol finetune`` unless ``--feature`` asks for a feature and a linear head.
+
+``--protocol method`` runs the method's own evaluation, the one ``selfcaps run`` ends
+with (CoCa's kNN with its baselines, SparseCaps' SVMs on MNIST and affNIST-like, ...), on a
+run that ``selfcaps pretrain`` trained, or again on a finished run with today's code; its
+keys are the ones ``selfcaps run`` writes and replace them in ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from selfcaps.methods.atomic import update_json
 
 __all__ = ["PROTOCOLS", "add_eval_arguments", "add_profile_arguments", "cmd_eval", "cmd_profile"]
 
-PROTOCOLS = ("knn", "linear", "svm", "finetune")
+PROTOCOLS = ("knn", "linear", "svm", "finetune", "method")
 
 
 def add_eval_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,6 +147,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
     cfg, source = run_config(args)  # these checks come before torch is imported
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
+    if args.protocol == "method":
+        given = [
+            flag
+            for flag, value in (
+                ("--feature", args.feature), ("--finetune-epochs", args.finetune_epochs),
+                ("--pretrained-lr-scale", args.pretrained_lr_scale), ("--seed", args.seed),
+                ("--label-fraction", args.label_fraction),
+                ("--labels-per-class", args.labels_per_class),
+            )
+            if value is not None
+        ] + (["--bank"] if args.bank != "train" else [])  # fmt: skip
+        if given:
+            raise ConfigError(
+                f"--protocol method is the run's own evaluation, with its own settings; "
+                f"{', '.join(given)} do not apply to it"
+            )
     if args.bank != "train" and args.protocol != "knn":
         raise ConfigError(f"--bank applies to the knn protocol, not {args.protocol}")
     epochs = args.finetune_epochs
@@ -194,6 +215,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if reseeded:  # the evaluation's randomness; the run's images stay (subset_seed)
         cfg.seed = args.seed
     method, dm = load_run(args, cfg, source, subset_seed=run_seed)
+    if args.protocol == "method":
+        return _method_evaluation(args, method, dm)
     kind = feature_kind(method, args.feature)
     labels = None
     if wants_labels:  # default seed: the run's
@@ -214,6 +237,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
     width = max(len(k) for k in metrics)
     print(f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})")
+    for k, v in metrics.items():
+        print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    return 0
+
+
+def _method_evaluation(args: argparse.Namespace, method: object, dm: object) -> int:
+    """``--protocol method``: the method's own evaluation, merged into ``metrics.json``."""
+    metrics = dict(method.evaluate(dm))  # type: ignore[attr-defined]
+    metrics["evaluated_by"] = f"selfcaps eval --protocol method ({args.checkpoint}.ckpt)"
+    update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
+    width = max(len(k) for k in metrics)
+    print(f"the method's own evaluation of {args.run_dir} ({args.checkpoint}.ckpt)")
     for k, v in metrics.items():
         print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     return 0
