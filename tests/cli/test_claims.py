@@ -134,3 +134,36 @@ def test_claims_suite_end_to_end_and_resumable(tmp_path):
     before = (tmp_path / "claims/coca/trained/seed1/metrics.json").read_text()
     assert main(argv) == 0  # finished runs are not rerun
     assert (tmp_path / "claims/coca/trained/seed1/metrics.json").read_text() == before
+
+
+def test_the_long_tier_runs_each_claim_at_its_pages_rung(tmp_path):
+    from selfcaps.cli.config import ConfigError, list_presets
+
+    plans = plan_claims(_args(tmp_path, tier="long"))
+    by_method = {p.method: p for p in plans}
+    assert set(by_method) == set(list_methods())  # every claim has a long rung
+    for name, plan in by_method.items():
+        rung = get_method(name).claim.long
+        assert rung.preset in list_presets()[name], (name, rung.preset)
+        assert plan.dataset == rung.dataset and plan.suffix == rung.metric_suffix
+        for rows in plan.runs.values():
+            cmd = rows[0].command
+            assert cmd[cmd.index("--preset") + 1] == rung.preset
+            assert cmd[cmd.index("--data") + 1] == rung.dataset
+            assert rows[0].run_dir.parts[-4] == "claims-long"  # apart from the short tier
+    sparse = by_method["sparsecaps"].runs[("--variant", "sparse")][0].command
+    assert "quick_long" in sparse and "--epochs" not in sparse  # not the short tier's budget
+    assert by_method["mcae"].suffix == "_lf10"
+    with pytest.raises(ConfigError, match="--paper"):
+        plan_claims(_args(tmp_path, tier="long", paper=True))
+
+
+def test_the_long_tier_reads_the_rungs_metric_keys(tmp_path):
+    (plan,) = plan_claims(_args(tmp_path, tier="long", methods=["mcae"]))
+    for seed, (p, s) in enumerate([(55.8, 51.1), (55.7, 50.3), (55.5, 50.4)]):
+        _write(plan.runs[()][seed].run_dir, finetune_top1=1.0, finetune_top1_lf10=p)
+        _write(plan.runs[("--pretrain-epochs", "0")][seed].run_dir, finetune_top1_lf10=s)
+    collect_claims([plan])
+    ((_, r, t_vals, c_vals),) = plan.results
+    assert t_vals == [55.8, 55.7, 55.5] and c_vals == [51.1, 50.3, 50.4]
+    assert r.verdict == "holds"

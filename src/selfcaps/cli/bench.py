@@ -77,6 +77,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seeds", type=int, default=3, metavar="N", help="claims suite: seeds 0..N-1 per arm"
     )
+    p.add_argument(
+        "--tier",
+        choices=("short", "long"),
+        default="short",
+        help="claims suite: short (default; every claim at a budget that fits about two hours "
+        "on 2 CPU cores) or long (each claim at the longer rung its method's page names; runs "
+        "in DIR/claims-long)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench"))
     p.add_argument("--data-root", help="dataset root for every run")
     p.add_argument("--paper", action="store_true", help="use the paper presets (meant for GPUs)")
@@ -255,6 +263,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if args.budget is not None
             else "the presets' epoch and step budgets"
         )
+        budget += "; long tier" if getattr(args, "tier", "short") == "long" else ""
         section = claims_suite.render_claims(plans, args.out, args.seeds, budget)
         for p in plans:
             print(f"[bench] claim {p.method}: {p.verdict}", flush=True)

@@ -58,6 +58,7 @@ class ClaimResult:
         default_factory=list
     )
     missing: list[str] = field(default_factory=list)
+    suffix: str = ""
 
     @property
     def verdict(self) -> str:
@@ -85,22 +86,31 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
     if args.seeds < 1:
         raise ConfigError(f"--seeds must be at least 1, got {args.seeds}")
     methods = args.methods or list_methods()
+    long_tier = getattr(args, "tier", "short") == "long"
+    if long_tier and args.paper:
+        raise ConfigError("--tier long is a CPU rung; --paper runs the paper presets instead")
+    suite_dir = "claims-long" if long_tier else "claims"
     plans = []
     for m in methods:
         cls = get_method(m)  # unknown names fail here, with the valid ones listed
         claim = cls.claim
         if claim is None:
             continue
+        rung = claim.long if long_tier else None
+        if long_tier and rung is None:
+            raise ConfigError(f"{m}'s claim has no long rung; run it with --tier short")
         dataset = claim.paper_dataset if args.paper else claim.dataset
         preset = "paper" if args.paper else default_preset(m, dataset)
+        if rung is not None:
+            dataset, preset = rung.dataset, rung.preset
         # The claim's own budget (its args) gives way to a --budget in minutes.
-        own = claim.paper_args if args.paper else claim.args
+        own = claim.paper_args if args.paper else (rung.args if rung else claim.args)
         shared = list(own) if args.budget is None else []
         runs: dict[tuple[str, ...], list[BenchRow]] = {}
         for arm in claim.arms():
             rows = []
             for seed in range(args.seeds):
-                run_dir = args.out / "claims" / m / _arm_dir(arm) / f"seed{seed}"
+                run_dir = args.out / suite_dir / m / _arm_dir(arm) / f"seed{seed}"
                 cmd = run_command(
                     m,
                     preset,
@@ -113,7 +123,9 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
                 )
                 rows.append(BenchRow(dataset, m, run_dir, cmd))
             runs[arm.args] = rows
-        plans.append(ClaimResult(m, claim, dataset, runs))
+        plans.append(
+            ClaimResult(m, claim, dataset, runs, suffix=rung.metric_suffix if rung else "")
+        )
     if not plans:
         raise ConfigError(f"none of the methods {methods} states a claim")
     return plans
@@ -143,10 +155,13 @@ def collect_claims(plans: list[ClaimResult]) -> list[ClaimResult]:
             t_rows, c_rows = plan.runs[comp.treatment.args], plan.runs[comp.control.args]
             t_vals, c_vals = [], []
             for t_row, c_row in zip(t_rows, c_rows, strict=True):
-                a, b = _read(t_row, comp.treatment.metric), _read(c_row, comp.control.metric)
+                t_key, c_key = (
+                    comp.treatment.metric + plan.suffix,
+                    comp.control.metric + plan.suffix,
+                )
+                a, b = _read(t_row, t_key), _read(c_row, c_key)
                 if a is None or b is None:  # pair by seed: a seed missing on one side is dropped
-                    for row, v, key in ((t_row, a, comp.treatment.metric),
-                                        (c_row, b, comp.control.metric)):  # fmt: skip
+                    for row, v, key in ((t_row, a, t_key), (c_row, b, c_key)):
                         if v is None:
                             plan.missing.append(f"{row.run_dir.name} of {row.run_dir.parent.name}"
                                                 f" ({key})")  # fmt: skip
@@ -176,9 +191,9 @@ def _rows(plans: list[ClaimResult]) -> list[dict[str, Any]]:
                 "claim": plan.claim.statement,
                 "comparison": comp.name,
                 "dataset": plan.dataset,
-                "metric": comp.treatment.metric
+                "metric": comp.treatment.metric + plan.suffix
                 if comp.treatment.metric == comp.control.metric
-                else f"{comp.treatment.metric} vs {comp.control.metric}",
+                else f"{comp.treatment.metric}{plan.suffix} vs {comp.control.metric}{plan.suffix}",
                 "paper_dataset": plan.claim.paper_dataset,
                 "paper_treatment": comp.paper[0],
                 "paper_control": comp.paper[1],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Arm", "Claim", "Comparison"]
+__all__ = ["Arm", "Claim", "Comparison", "Rung"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,26 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Rung:
+    """A longer budget at which a claim is tested (``selfcaps bench --suite claims --tier long``).
+
+    Attributes:
+        dataset: The dataset of this rung's runs.
+        preset: The method's preset of this rung's runs.
+        args: Further ``selfcaps run`` arguments shared by every run of the rung.
+        budget: The budget in words, as the method's page names it.
+        metric_suffix: Appended to every arm's ``metrics.json`` key at this rung (e.g.
+            ``_lf10`` where the rung's preset finetunes on 10% of the labels).
+    """
+
+    dataset: str
+    preset: str
+    args: tuple[str, ...] = ()
+    budget: str = ""
+    metric_suffix: str = ""
+
+
+@dataclass(frozen=True)
 class Claim:
     """A paper's central claim.
 
@@ -65,6 +85,8 @@ class Claim:
             ``("--epochs", "1")``), so that the default suite fits about two hours on 2 CPU
             cores. Dropped when ``selfcaps bench --budget MIN`` gives a budget in minutes.
         paper_args: The same for ``--paper`` (paper presets, meant for GPUs).
+        long: The longer rung of ``--tier long``, where the method's page says the claim can
+            show at a CPU budget (None: the claim has only the short tier).
     """
 
     statement: str
@@ -74,6 +96,7 @@ class Claim:
     comparisons: tuple[Comparison, ...]
     args: tuple[str, ...] = ()
     paper_args: tuple[str, ...] = ()
+    long: Rung | None = None
 
     def arms(self) -> list[Arm]:
         """Every arm, each distinct ``args`` once (the runs the claim needs per seed)."""

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from selfcaps.data import BatchSimCLRTransform, EvalTransform, SimCLRTransform
 from selfcaps.losses import NTXentLoss
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.evaluation import knn_metrics
 from selfcaps.models import create_model
@@ -77,6 +77,7 @@ class CoCa(CapsuleMethod):
                 paper=(70.50, None),
             ),
         ),
+        long=Rung("cifar10", "quick_cifar10", (), "6 epochs of CIFAR-10 (4,218 steps of 64)"),
     )
 
     def __init__(self, cfg: Any) -> None:

@@ -51,7 +51,7 @@ from selfcaps.config_checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod", "gradient_probe"]
@@ -142,6 +142,7 @@ class EncapNetMethod(CapsuleMethod):
             ),
         ),
         args=("--epochs", "1"),  # 3 arms x seeds: one epoch (351 steps) each fits the suite
+        long=Rung("cifar10", "quick", (), "3 epochs (1,053 steps of 128)"),
     )
 
     def __init__(self, cfg: Any) -> None:

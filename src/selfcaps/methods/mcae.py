@@ -60,7 +60,7 @@ from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
 from selfcaps.methods.engine import RunCSVLogger
 from selfcaps.methods.figures import Figure, ImageGrid
@@ -192,6 +192,14 @@ class MCAE(CapsuleMethod):
                 Arm("scratch", "finetune_top1", ("--pretrain-epochs", "0")),
                 paper=(92.8, None),
             ),
+        ),
+        long=Rung(
+            "cifar10",
+            "cifar10_lf10",
+            (),
+            "20 pretraining epochs on 45,000 images, then 80 finetuning epochs on 10% of the "
+            "labels; each seed pretrains its own network",
+            metric_suffix="_lf10",
         ),
     )
 

@@ -109,7 +109,7 @@ from selfcaps.config_checks.poe import check as check_poe_config
 from selfcaps.data import EvalTransform
 from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
 from selfcaps.models import create_model
@@ -554,6 +554,12 @@ class PoE(CapsuleMethod):
                 Arm("trained", "purity_classes_covered"),
                 Arm("untrained", "purity_classes_covered_untrained"),
             ),
+        ),
+        long=Rung(
+            "mnist",
+            "paper_mnist54k",
+            (),
+            "the paper's method on all 54,000 MNIST training images, 1 + 1 + 1 epochs",
         ),
     )
 

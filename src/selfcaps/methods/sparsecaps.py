@@ -80,7 +80,7 @@ from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.affnist_halves import affnist_halves
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
 from selfcaps.methods.figures import Figure, ImageGrid, LinePlot
@@ -233,6 +233,7 @@ class SparseCaps(CapsuleMethod):
             ),
         ),
         args=("--epochs", "5"),  # 560 steps a run (quick_mnist5k: 15): 6 runs fit the suite
+        long=Rung("mnist", "quick_long", (), "3 epochs of full MNIST (5,061 steps of 32)"),
     )
 
     def __init__(self, cfg: Any) -> None:
