@@ -116,3 +116,46 @@ def test_resume_reproduces_uninterrupted_run(tmp_path, run_dir):
 def test_refuses_to_overwrite_a_run(run_dir, capsys):
     assert main(["run", "coca", "--out", str(run_dir), "--epochs", "1", *TINY]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_evaluation_records_the_split_it_scored_and_the_weights_it_used(run_dir):
+    """The wiring behind the headline: test split, whole; untrained = a fresh seeded init."""
+    from omegaconf import OmegaConf
+
+    from selfcaps.data import get_dataset
+    from selfcaps.methods.coca import CoCa
+    from selfcaps.methods.datamodule import mix_seed
+    from selfcaps.methods.evaluation import weights_digest
+    from selfcaps.methods.trained import load_method
+
+    m = json.loads((run_dir / "metrics.json").read_text())
+    test_images = len(get_dataset("mnist5k", split="test"))  # the official split, not the run's
+    for prefix in ("eval_knn", "eval_knn_pixels", "eval_knn_random_init"):
+        assert m[f"{prefix}_query_split"] == "test", prefix  # never the validation split
+        assert m[f"{prefix}_query_n"] == test_images, prefix
+        assert m[f"{prefix}_bank_split"] == "train" and m[f"{prefix}_bank_n"] > 0, prefix
+    assert "eval_knn_pixels_weights" not in m  # pixels use no weights
+    # The trained number is the evaluated checkpoint's; the untrained one is a fresh network
+    # seeded with the baseline's seed, built here independently of the method's code path.
+    trained = load_method(run_dir, "best")
+    assert m["eval_knn_weights"] == weights_digest(trained)
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    torch.manual_seed(mix_seed(int(cfg.seed), 0x0417))
+    fresh = CoCa(cfg)
+    assert m["eval_knn_random_init_weights"] == weights_digest(fresh)
+    assert m["eval_knn_random_init_weights"] != m["eval_knn_weights"]
+
+
+def test_weights_digest_tells_weights_apart_and_ignores_nothing():
+    from selfcaps.methods.evaluation import weights_digest
+
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    b.load_state_dict(a.state_dict())
+    assert weights_digest(a) == weights_digest(b)
+    with torch.no_grad():
+        b.bias[1] += 1e-7  # one float's last bits
+    assert weights_digest(a) != weights_digest(b)
+    bn = torch.nn.BatchNorm1d(2)
+    before = weights_digest(bn)
+    bn.running_mean += 1  # buffers count: the statistics are part of what is evaluated
+    assert weights_digest(bn) != before

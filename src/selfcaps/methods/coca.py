@@ -137,19 +137,34 @@ class CoCa(CapsuleMethod):
         e = self.cfg.eval
         metrics: dict[str, float | int | str] = {}
         nc = self.info.num_classes
-        metrics.update(knn_metrics(self, dm, self.features, ["backbone", "capsule"], nc))
+        kinds = ["backbone", "capsule"]
+        metrics.update(knn_metrics(self, dm, self.features, kinds, nc, record="eval_knn"))
         if e.baselines:
-            pixels = knn_metrics(self, dm, lambda x: {"pixels": x.flatten(1)}, ["pixels"], nc)
+            pixels = knn_metrics(
+                self, dm, lambda x: {"pixels": x.flatten(1)}, ["pixels"], nc,
+                record="eval_knn_pixels", weights=False,
+            )  # fmt: skip
             metrics.update(pixels)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(mix_seed(self.cfg.seed, 0x0417))
-                untrained = type(self)(self.hparams["cfg"]).to(self.device)
-            rand = knn_metrics(untrained, dm, untrained.features, ["backbone", "capsule"], nc)
+            untrained = self.untrained_copy()
+            rand = knn_metrics(
+                untrained, dm, untrained.features, kinds, nc, record="eval_knn_random_init"
+            )
+            metrics.update({k: v for k, v in rand.items() if k.startswith("eval_")})
             metrics["knn_top1_random_init"] = rand["knn_top1_backbone"]
             metrics["knn_top5_random_init"] = rand["knn_top5_backbone"]
             metrics["knn_top1_random_init_capsule"] = rand["knn_top1_capsule"]
         metrics["knn_k"], metrics["knn_t"] = int(e.knn_k), float(e.knn_t)
         return metrics
+
+    def untrained_copy(self) -> CoCa:
+        """The same network freshly initialised with the baseline's own seed (not the run's).
+
+        ``mix_seed(seed, 0x0417)`` seeds the initialisation, so the untrained baseline is the
+        same network for every run of a seed, and independent of the training's random stream.
+        """
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(mix_seed(self.cfg.seed, 0x0417))
+            return type(self)(self.hparams["cfg"]).to(self.device)
 
     def summary_line(self, metrics: dict[str, Any]) -> str | None:
         """``"... trained X vs untrained Y vs pixels Z."``: backbone kNN top-1 of the test split."""

@@ -1,7 +1,14 @@
-"""Final-evaluation helpers shared by the methods: features of whole splits, kNN reports."""
+"""Final-evaluation helpers shared by the methods: features of whole splits, kNN reports.
+
+Every evaluation records what it measured beside its numbers (:func:`evaluation_record`):
+the split it queried and its size, the split its bank (or training set) came from and its
+size, and a digest of the weights it evaluated, so that ``metrics.json`` shows that a test
+accuracy came from the test split and that an "untrained" baseline ran on untrained weights.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,7 +18,44 @@ from torch import Tensor, nn
 from selfcaps.eval import knn_evaluate
 from selfcaps.eval.progress import progress
 
-__all__ = ["collect_features", "knn_metrics"]
+__all__ = ["collect_features", "evaluation_record", "knn_metrics", "weights_digest"]
+
+
+def weights_digest(module: nn.Module) -> str:
+    """First 16 hex digits of the SHA-256 of a module's parameters and buffers.
+
+    Names, shapes, dtypes and the bytes of every tensor of ``state_dict()``, in its order: two
+    modules have the same digest exactly when they hold the same weights.
+    """
+    h = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def evaluation_record(
+    prefix: str,
+    query_split: str,
+    query_n: int,
+    bank_split: str | None,
+    bank_n: int | None,
+    module: nn.Module | None,
+) -> dict[str, str | int]:
+    """What an evaluation measured, as flat ``metrics.json`` keys under ``prefix``.
+
+    Keys: ``<prefix>_query_split``, ``<prefix>_query_n`` (the images scored),
+    ``<prefix>_bank_split``, ``<prefix>_bank_n`` (the labelled images it voted or trained
+    with; omitted when there are none) and ``<prefix>_weights`` (:func:`weights_digest` of
+    the network evaluated; omitted for features that use no weights, such as raw pixels).
+    """
+    out: dict[str, str | int] = {f"{prefix}_query_split": query_split, f"{prefix}_query_n": query_n}
+    if bank_split is not None and bank_n is not None:
+        out[f"{prefix}_bank_split"], out[f"{prefix}_bank_n"] = bank_split, bank_n
+    if module is not None:
+        out[f"{prefix}_weights"] = weights_digest(module)
+    return out
 
 
 @torch.no_grad()
@@ -54,16 +98,28 @@ def knn_metrics(
     num_classes: int,
     bank_split: str = "train",
     query_split: str = "test",
-) -> dict[str, float]:
+    record: str | None = None,
+    weights: bool = True,
+) -> dict[str, float | int | str]:
     """Weighted-kNN top-1/top-5 (percent) of ``query_split`` against ``bank_split``, per kind.
 
     Keys: ``knn_top1_<kind>``, ``knn_top5_<kind>``. k and T come from ``dm.cfg.eval``; the
-    bank is the deterministic evaluation transform of ``bank_split``.
+    bank is the deterministic evaluation transform of ``bank_split``. With ``record``, also
+    the :func:`evaluation_record` of the images actually scored and voted with, and (with
+    ``weights``) the digest of ``module``.
     """
     cfg = dm.cfg
-    bank, bank_y = collect_features(module, dm.eval_loader(bank_split), fn, kinds)
-    query, query_y = collect_features(module, dm.eval_loader(query_split), fn, kinds)
-    out: dict[str, float] = {}
+    bank_loader, query_loader = dm.eval_loader(bank_split), dm.eval_loader(query_split)
+    bank, bank_y = collect_features(module, bank_loader, fn, kinds)
+    query, query_y = collect_features(module, query_loader, fn, kinds)
+    out: dict[str, float | int | str] = {}
+    if record is not None:
+        out.update(
+            evaluation_record(
+                record, query_split, len(query_y), bank_split, len(bank_y),
+                module if weights else None,
+            )
+        )  # fmt: skip
     for k in kinds:
         res = knn_evaluate(
             bank[k], bank_y, query[k], query_y, num_classes, k=cfg.eval.knn_k, t=cfg.eval.knn_t
