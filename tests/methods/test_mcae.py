@@ -146,7 +146,8 @@ def test_image_folder_input_size_comes_from_the_preset():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [("model.mask_ratio", 1.0, "model.mask_ratio"), ("model.patch_size", 5, "model.patch_size"),
-     ("eval.finetune_epochs", 0, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim"),
+     ("eval.finetune_epochs", -1, "eval.finetune_epochs"), ("optim.scheduler", "step", "optim"),
+     ("eval.finetune_epochs", 2.5, "eval.finetune_epochs"),
      ("model.mask_ratio", "half", "model.mask_ratio"),
      ("eval.finetune_pretrained_lr_scale", "abc", "eval.finetune_pretrained_lr_scale"),
      ("eval.finetune_pretrained_lr_scale", None, "eval.finetune_pretrained_lr_scale"),

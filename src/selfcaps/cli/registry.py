@@ -77,8 +77,16 @@ __all__ = [
 DEFAULT_REGISTRY = Path("results") / "registry.yaml"
 
 #: Keys that do not change what a run computes and so stay out of the hash: the seed (a row
-#: lists its seeds), where the data live, the progress bar.
-HASH_EXCLUDED = ("seed", "data.root", "trainer.progress_bar")
+#: lists its seeds), where the data live, and how often the run reports and saves (progress
+#: bar, log interval, periodic checkpoints: output only, no arithmetic or random draws).
+HASH_EXCLUDED = (
+    "seed",
+    "data.root",
+    "trainer.progress_bar",
+    "trainer.log_every_n_steps",
+    "trainer.checkpoint_every_n_minutes",
+    "trainer.checkpoint_every_n_steps",
+)
 
 _REQUIRED = (
     "id", "kind", "tables", "method", "what", "rung", "budget", "dataset", "metric", "seeds",
