@@ -74,10 +74,30 @@ def test_weights_load_without_lightning(run_dir):
 
 
 def test_eval_command_adds_protocol_metrics(run_dir):
+    from selfcaps.data import get_dataset
+    from selfcaps.methods.evaluation import weights_digest
+    from selfcaps.methods.trained import load_method
+
     assert main(["eval", str(run_dir), "--protocol", "linear"]) == 0
     m = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= m["linear_top1_backbone"] <= 100.0
     assert "knn_top1_backbone" in m  # earlier metrics are kept
+    # what the probe measured: the whole test split, trained on the train split, these weights
+    assert m["eval_linear_backbone_query_split"] == "test"
+    assert m["eval_linear_backbone_query_n"] == len(get_dataset("mnist5k", split="test"))
+    assert m["eval_linear_backbone_bank_split"] == "train"
+    assert m["eval_linear_backbone_weights"] == weights_digest(load_method(run_dir, "best"))
+
+
+def test_eval_protocol_method_repeats_the_runs_own_evaluation(run_dir, capsys):
+    before = json.loads((run_dir / "metrics.json").read_text())
+    assert main(["eval", str(run_dir), "--protocol", "method", "--no-progress"]) == 0
+    m = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("knn_top1_backbone", "knn_top1_capsule", "knn_top1_pixels", "knn_top1_random_init"):
+        assert m[key] == before[key], key  # a deterministic run: the same numbers again
+    assert m["evaluated_by"].startswith("selfcaps eval --protocol method")
+    assert main(["eval", str(run_dir), "--protocol", "method", "--feature", "capsule"]) == 2
+    assert "--feature" in capsys.readouterr().err
 
 
 def test_eval_no_progress_keeps_stderr_quiet_and_the_result(run_dir, capsys):

@@ -14,7 +14,7 @@ from selfcaps.eval import finetune, linear_probe, svm_probe
 from selfcaps.eval.labels import dataset_targets, label_suffix, stratified_label_indices
 from selfcaps.methods import CapsuleMethod
 from selfcaps.methods.datamodule import SelfcapsDataModule, TransformDataset
-from selfcaps.methods.evaluation import collect_features, knn_metrics
+from selfcaps.methods.evaluation import collect_features, evaluation_record, knn_metrics
 from selfcaps.methods.trained import load_method
 
 __all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
@@ -136,7 +136,9 @@ def run_protocol(
                 "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
                 "protocols, not knn"
             )
-        return knn_metrics(method, dm, method.features, [kind], nc, bank_split=bank)
+        return knn_metrics(
+            method, dm, method.features, [kind], nc, bank_split=bank, record=f"eval_knn_{kind}"
+        )
     if protocol in ("linear", "svm"):
         f = _probe_features(method, dm, kind, labels)
         (tr, ytr), (va, yva), (te, yte) = f["train"], f["val"], f["test"]
@@ -150,7 +152,19 @@ def run_protocol(
             f"{protocol}_top1_{kind}{sfx}": float(res["top1"]),
             f"{protocol}_top5_{kind}{sfx}": float(res["top5"]),
             **_subset_size(f["train"][1], sfx),
+            **evaluation_record(
+                f"eval_{protocol}_{kind}{sfx}", "test", len(yte), "train", len(ytr), method
+            ),
         }
+    # Finetuning changes the weights: the digest is of the pretrained weights it starts from.
+    record = evaluation_record(
+        f"eval_finetune{sfx}",
+        "test",
+        len(dm.eval_loader("test").dataset),
+        "train",
+        len(_eval_split(dm, "train", labels).dataset),
+        method,
+    )
     if own_classifier:
         labelled = labels.indices(dm.split("train")) if labels is not None else None
         _, res = method.finetune_classifier(dm, labelled=labelled)  # type: ignore[attr-defined]
@@ -159,6 +173,7 @@ def run_protocol(
             f"finetune_top5{sfx}": float(res["test_top5"]),
             f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
             **({f"labelled_images{sfx}": len(labelled)} if labelled is not None else {}),
+            **record,
         }
     backbone = _FeatureBackbone(method, kind)
     dim = int(backbone(method.example_input(2)).shape[1])
@@ -181,6 +196,7 @@ def run_protocol(
         f"finetune_top5_{kind}{sfx}": float(res["test_top5"]),
         f"finetune_best_epoch{sfx}": int(res["best_epoch"]) + 1,
         **_subset_size(train, sfx),
+        **record,
     }
 
 
