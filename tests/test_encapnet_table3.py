@@ -1,9 +1,7 @@
 """EncapNet's Table 3 experiment: every arm is a valid run, quotes are the paper's, the report."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,17 +9,14 @@ import pytest
 from selfcaps.cli.config import load_config
 from selfcaps.cli.main import build_parser
 from selfcaps.methods.encapnet import EncapNetMethod
+from tests.scripts import load_script
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-PAPER = Path("/work/shared/papers/003_d7e0021b52167ec4.txt")
+PAPER = Path(__file__).resolve().parents[2] / "shared" / "papers" / "003_d7e0021b52167ec4.txt"
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # the dataclass needs its module registered
-    spec.loader.exec_module(module)
-    return module
+    return load_script(name)
 
 
 table3 = _load("encapnet_table3")

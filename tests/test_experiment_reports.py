@@ -1,18 +1,13 @@
 """Experiment reports (EncapNet ablation, MCAE mask ratios) on hand-made rows, hand-computed."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "encapnet_feedback_report.py"
-MASK_REPORT = SCRIPT.with_name("mcae_mask_ratio_report.py")
+from tests.scripts import load_script
 
 
 def load_report():
-    spec = importlib.util.spec_from_file_location("encapnet_feedback_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("encapnet_feedback_report")
 
 
 def test_arm_table_pairs_each_arm_with_off_by_seed():
@@ -43,9 +38,7 @@ def _write_run(root: Path, name: str, probe: float, mse: float = 0.05, seconds: 
 
 
 def test_mask_ratio_table_pairs_each_ratio_with_the_untrained_seed(tmp_path):
-    spec = importlib.util.spec_from_file_location("mask_ratio_report", MASK_REPORT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("mcae_mask_ratio_report")
     _write_run(tmp_path, "untrained_s0", 30.0)
     _write_run(tmp_path, "untrained_s1", 32.0)
     _write_run(tmp_path, "mask0.5_s0", 31.0, mse=0.04, seconds=240.0)
@@ -64,11 +57,7 @@ def test_mask_ratio_table_pairs_each_ratio_with_the_untrained_seed(tmp_path):
 
 
 def test_label_efficiency_table_pairs_subsets_and_ignores_log_files(tmp_path, monkeypatch, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "label_report", SCRIPT.with_name("mcae_label_efficiency_report.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("mcae_label_efficiency_report")
     pre = {"pretrain_epochs": 20, "pretrain_val_mse": 0.015, "train_time_s": 600.0}
     pre |= {"finetune_top1_lf1_ft100": 29.0, "finetune_top1_lf1_ls1_ft100": 28.0}
     (tmp_path / "pretrained_s0").mkdir()
@@ -94,11 +83,7 @@ def test_label_efficiency_table_with_every_label_pairs_finetuning_seeds(
 ):
     """FRACTION=1 (the paper's protocol): the pretrained arm's other rows are `eval --seed`
     keys (``finetune_top1_seed1``), the scratch runs' key is ``finetune_top1``."""
-    spec = importlib.util.spec_from_file_location(
-        "label_report_all", SCRIPT.with_name("mcae_label_efficiency_report.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("mcae_label_efficiency_report")
     pre = {"pretrain_epochs": 20, "pretrain_val_mse": 0.015, "train_time_s": 600.0}
     pre |= {"finetune_epochs": 8, "finetune_top1": 60.0, "finetune_top1_seed1": 62.0}
     (tmp_path / "pretrained_s0").mkdir()
@@ -119,11 +104,7 @@ def test_label_efficiency_table_with_every_label_pairs_finetuning_seeds(
 def test_sparsecaps_ladder_reads_both_metrics_layouts(tmp_path):
     """A run from before the headline read v (svm_* = v', *_unmasked = v) and one after
     (svm_* = v, *_masked = v') land in the same columns; paired differences by hand."""
-    spec = importlib.util.spec_from_file_location(
-        "sparsecaps_ladder", SCRIPT.with_name("sparsecaps_ladder.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("sparsecaps_ladder")
     runs = {  # (variant, seed): metrics.json
         ("sparse", 0): {"svm_affnist_a": 36.0, "svm_affnist_a_masked": 36.0,
                         "svm_affnist_a_unmasked": 62.0, "feature_kind": "masked"},

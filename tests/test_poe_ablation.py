@@ -1,17 +1,15 @@
 """experiments/poe_ablation.py: its arms against the presets, its report on hand-made runs."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "poe_ablation.py"
 
 
 def _poe_ablation():
-    spec = importlib.util.spec_from_file_location("poe_ablation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("poe_ablation")
 
 
 def test_poe_ablation_arms_each_put_one_change_back_to_the_paper():

@@ -234,9 +234,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tag += "" if scale is None else f"_plr{scale:g}"
     tag += f"_seed{args.seed}" if reseeded else ""
     metrics = {f"{k}{tag}": v for k, v in metrics.items()}
-    update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
+    title = f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})"
+    return _save_and_print(args.run_dir, metrics, title)
+
+
+def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
+    """Merge ``metrics`` into the run's ``metrics.json`` (under its lock) and print them."""
+    update_json(run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
     width = max(len(k) for k in metrics)
-    print(f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})")
+    print(title)
     for k, v in metrics.items():
         print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     return 0
@@ -246,12 +252,8 @@ def _method_evaluation(args: argparse.Namespace, method: object, dm: object) -> 
     """``--protocol method``: the method's own evaluation, merged into ``metrics.json``."""
     metrics = dict(method.evaluate(dm))  # type: ignore[attr-defined]
     metrics["evaluated_by"] = f"selfcaps eval --protocol method ({args.checkpoint}.ckpt)"
-    update_json(args.run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
-    width = max(len(k) for k in metrics)
-    print(f"the method's own evaluation of {args.run_dir} ({args.checkpoint}.ckpt)")
-    for k, v in metrics.items():
-        print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
-    return 0
+    title = f"the method's own evaluation of {args.run_dir} ({args.checkpoint}.ckpt)"
+    return _save_and_print(args.run_dir, metrics, title)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -259,21 +259,13 @@ def _row(where: str, raw: Any) -> Row:
     tables = raw["tables"]
     if not isinstance(tables, list) or not tables:
         raise RegistryError(f"{where}.tables: expected a non-empty list of table names")
+    text = ("id", "method", "what", "rung", "budget", "dataset", "metric", "config_hash",
+            "command", "commit", "date")  # fmt: skip
     return Row(
-        id=str(raw["id"]),
+        **{k: str(raw[k]) for k in text},
         kind=kind,
         tables=tuple(str(t) for t in tables),
-        method=str(raw["method"]),
-        what=str(raw["what"]),
-        rung=str(raw["rung"]),
-        budget=str(raw["budget"]),
-        dataset=str(raw["dataset"]),
-        metric=str(raw["metric"]),
         seeds=tuple(seeds),
-        config_hash=str(raw["config_hash"]),
-        command=str(raw["command"]),
-        commit=str(raw["commit"]),
-        date=str(raw["date"]),
         cores=int(raw["cores"]),
         threads=int(raw["threads"]),
         arms=arms,
