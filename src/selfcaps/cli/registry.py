@@ -50,7 +50,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,6 @@ class Row:
     paper: str | None = None
     stale: str | None = None
     note: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def paired(self) -> PairedResult | None:
