@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,47 @@ def test_report_check_fails_on_a_stale_row_unless_marked(tmp_path, capsys):
     assert "x.claim: its arms resolve to config hash" in capsys.readouterr().err
     _write(tmp_path / "results", [_row(config_hash="000000000000", stale="preset changed")])
     assert main(["report", "--check", "--root", str(tmp_path)]) == 0
+
+
+def test_inline_values_are_the_rows_numbers_computed_by_hand(tmp_path):
+    # treatment - control = 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.303 -> 2 +- 2.484
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _row(treatment={"label": "a", "preset": "quick", "values": [2.0, 4.0, 6.0]},
+                     control={"label": "b", "preset": "quick", "values": [1.0, 2.0, 3.0]}),
+                {**{k: v for k, v in _row(id="one", kind="single").items()
+                    if k not in ("comparison", "treatment", "control")},
+                 "arm": {"label": "a", "preset": "quick", "values": [70.0, 72.0, 74.0]}},
+            ],
+        )
+    )  # fmt: skip
+    text = (
+        "gap <!-- value:x.claim:result -->old<!-- /value --> and "
+        "<!-- value:x.claim:treatment -->?<!-- /value -->; "
+        "<!-- value:one:mean -->?<!-- /value --> (<!-- value:one:values -->?<!-- /value -->)\n"
+    )
+    out = update_text(text, rows)
+    assert "-->+2.00 [-0.48, +4.48], not resolved at this budget<!--" in out
+    assert "-->4.00 ± 2.00<!--" in out and "-->72.00 ± 2.00<!--" in out
+    assert "-->70, 72, 74<!--" in out and "old" not in out
+    assert update_text(out, rows) == out  # regenerating changes nothing
+
+
+@pytest.mark.parametrize(
+    ("marker", "match"),
+    [
+        ("<!-- value:nosuch:result -->1<!-- /value -->", "names row 'nosuch'"),
+        ("<!-- value:x.claim:mean -->1<!-- /value -->", "no inline field 'mean'"),
+    ],
+)
+def test_an_inline_value_naming_a_missing_row_or_field_names_the_page(
+    tmp_path, capsys, marker, match
+):
+    (tmp_path / "results").mkdir()
+    _write(tmp_path / "results", [_row()])
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text(f"text {marker}\n")
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 2
+    assert re.search(f"page.md: .*{re.escape(match)}", capsys.readouterr().err)

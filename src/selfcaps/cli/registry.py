@@ -50,7 +50,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,11 @@ class Row:
     paper: str | None = None
     stale: str | None = None
     note: str | None = None
+    #: Arm hashes already resolved, shared by the rows of one :func:`load_registry` (many
+    #: rows and tables repeat an arm; resolving a preset is the slow part of a report).
+    hash_memo: dict[tuple[str, str, tuple[str, ...]], str] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def paired(self) -> PairedResult | None:
@@ -154,7 +159,7 @@ class Row:
 
     def current_hash(self) -> str:
         """:func:`row_config_hash` of the arms as their presets resolve today."""
-        return row_config_hash(self.method, self.arms)
+        return row_config_hash(self.method, self.arms, self.hash_memo)
 
 
 def config_hash(cfg: Any) -> str:
@@ -192,9 +197,25 @@ def arm_config_hash(method: str, preset: str, overrides: Sequence[str]) -> str:
     return config_hash(load_config(method, preset, parse_overrides(list(overrides))))
 
 
-def row_config_hash(method: str, arms: Sequence[Arm]) -> str:
-    """One hash for a row: its arm's hash, or a hash of its arms' hashes when they differ."""
-    hashes = [arm_config_hash(method, a.preset, a.overrides) for a in arms]
+def row_config_hash(
+    method: str,
+    arms: Sequence[Arm],
+    memo: dict[tuple[str, str, tuple[str, ...]], str] | None = None,
+) -> str:
+    """One hash for a row: its arm's hash, or a hash of its arms' hashes when they differ.
+
+    Args:
+        method: The row's method.
+        arms: Its arms.
+        memo: Arm hashes resolved before, keyed by ``(method, preset, overrides)``; filled in.
+    """
+    memo = {} if memo is None else memo
+    hashes = []
+    for a in arms:
+        key = (method, a.preset, a.overrides)
+        if key not in memo:
+            memo[key] = arm_config_hash(method, a.preset, a.overrides)
+        hashes.append(memo[key])
     if len(set(hashes)) == 1:
         return hashes[0]
     return hashlib.sha256(",".join(hashes).encode()).hexdigest()[:12]
@@ -226,7 +247,7 @@ def _arm(where: str, raw: Any, n_seeds: int) -> Arm:
     return Arm(str(raw["label"]), str(raw["preset"]), tuple(overrides), vals)
 
 
-def _row(where: str, raw: Any) -> Row:
+def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
     if not isinstance(raw, dict):
         raise RegistryError(f"{where}: expected a mapping, got {type(raw).__name__}")
     missing = [k for k in _REQUIRED if k not in raw]
@@ -273,6 +294,7 @@ def _row(where: str, raw: Any) -> Row:
         paper=None if raw.get("paper") is None else str(raw["paper"]),
         stale=raw.get("stale"),
         note=raw.get("note"),
+        hash_memo=memo,
     )
 
 
@@ -298,7 +320,8 @@ def load_registry(path: Path | str = DEFAULT_REGISTRY) -> list[Row]:
         raise RegistryError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, list):
         raise RegistryError(f"{path}: expected a list of rows, got {type(raw).__name__}")
-    rows = [_row(f"{path}: row {i}", r) for i, r in enumerate(raw)]
+    memo: dict[Any, str] = {}
+    rows = [_row(f"{path}: row {i}", r, memo) for i, r in enumerate(raw)]
     seen: set[str] = set()
     for r in rows:
         if r.id in seen:
