@@ -88,3 +88,25 @@ def test_only_a_well_formed_pickle_with_disallowed_globals_is_unsafe(tmp_path, h
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(CheckpointError, match="is not a valid checkpoint"):
         load_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_without_validation_keeps_the_weights_it_trained_last(tmp_path):
+    # Without a validation monitor, best.ckpt is a copy of last.ckpt. The first leg's copy
+    # must not be what a resumed leg evaluates and exports: the second leg trained further.
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    args = ["run", "coca", *TINY, "monitor.knn_every_n_epochs=0", "--out", str(run)]
+    assert main([*args, "--epochs", "1"]) == 0
+    first = load_checkpoint(run / "checkpoints" / "best.ckpt")["state_dict"]
+    assert main([*args, "--epochs", "2", "--resume"]) == 0
+    last = load_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert int(last["epoch"]) == 1  # the second leg trained epoch 2
+    exported = load_file(str(run / "model.safetensors"))
+    name = next(k for k in exported if k.endswith("weight"))
+    trained = last["state_dict"][f"net.{name}"]
+    assert torch.equal(exported[name], trained)
+    assert not torch.equal(first[f"net.{name}"], trained)
+    best = load_checkpoint(run / "checkpoints" / "best.ckpt")
+    assert int(best["epoch"]) == 1

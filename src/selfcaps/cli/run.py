@@ -468,13 +468,18 @@ def _train(
         return 0
     stop.where = "during the final evaluation" if evaluate else "while writing the weights"
     best = out / "checkpoints" / "best.ckpt"
-    if best.is_file():
+    # Only a validation monitor makes best.ckpt a choice; without one, a best.ckpt on disk is
+    # an earlier leg's last weights (a resumed run) and the weights trained last replace it.
+    selecting = any(getattr(cb, "monitor", None) == metric for cb in trainer.checkpoint_callbacks)
+    if selecting and best.is_file():
         state = load_checkpoint(best)
         method.load_state_dict(state["state_dict"])
         selected = f"{mode} {metric} (epoch {int(state['epoch']) + 1})"
         best_epoch = int(state["epoch"]) + 1
     else:
-        shutil.copyfile(last, best)
+        partial = best.with_name(best.name + ".partial")
+        shutil.copyfile(last, partial)
+        partial.replace(best)  # atomic: never a half-copied best.ckpt
         selected = "last (no validation ran)"
         best_epoch = int(trainer.current_epoch)
     method.to("cpu" if method.cfg.trainer.accelerator == "cpu" else method.device)
