@@ -26,13 +26,12 @@ from torch.utils.data import Dataset
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
-from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid
-from selfcaps.methods.flags import CliFlag
 from selfcaps.methods.schedules import cosine_schedule
+from selfcaps.records import MethodRecord, get_record
 
-__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
+__all__ = ["CapsuleMethod", "NonFiniteError", "build_optimizer"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,25 +101,11 @@ class CapsuleMethod(L.LightningModule):
     #: Whether validation runs the online kNN monitor. ``False``: the validation loaders are
     #: ``[val]`` only (no feature bank) and the method logs its own ``monitor_metric``.
     knn_monitor: ClassVar[bool] = True
-    #: What ``selfcaps bench`` reports for this method: the protocol's name and the
-    #: metrics.json keys of top-1, top-5 and the pixel / random-init baselines (None: n/a).
-    bench_protocol: ClassVar[str] = "kNN"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "knn_top1_backbone",
-        "top5": "knn_top5_backbone",
-        "pixels": "knn_top1_pixels",
-        "random_init": "knn_top1_random_init",
-    }
-    #: Further metrics.json values ``selfcaps bench`` shows in its ``notes`` column, as
-    #: ``{label: key}``: what a reader needs to judge the top-1 (a second protocol, the
-    #: variant, a warning sign such as a collapsed generator).
-    bench_notes: ClassVar[dict[str, str]] = {"capsule kNN": "knn_top1_capsule"}
-    #: Datasets ``selfcaps bench`` runs this method on (of those requested).
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
-    #: The paper's headline top-1 per dataset, for the bench report.
-    paper_results: ClassVar[dict[str, float]] = {}
-    #: The paper's central claim as a paired comparison (``selfcaps bench --suite claims``).
-    claim: ClassVar[Claim | None] = None
+
+    @classmethod
+    def record(cls) -> MethodRecord:
+        """The method's record (:mod:`selfcaps.records`): flags, presets, bench keys, claim."""
+        return get_record(cls.name)
 
     def __init__(self, cfg: dict | DictConfig) -> None:
         super().__init__()

@@ -60,7 +60,6 @@ from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
 from selfcaps.methods.engine import RunCSVLogger
 from selfcaps.methods.figures import Figure, ImageGrid
@@ -160,48 +159,6 @@ class MCAE(CapsuleMethod):
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_mse", "min")
     knn_monitor: ClassVar[bool] = False
-    bench_protocol: ClassVar[str] = "finetune (class capsules)"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "finetune_top1",
-        "top5": "finetune_top5",
-        "pixels": None,
-        "random_init": None,
-    }
-    bench_notes: ClassVar[dict[str, str]] = {
-        "pretraining epochs": "pretrain_epochs",
-        "finetuning epochs": "finetune_epochs",
-    }
-    bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "fashion_mnist", "cifar100")
-    #: Everett et al., Table 1 (ConvMixer, 50 + 350 epochs).
-    paper_results: ClassVar[dict[str, float]] = {
-        "mnist": 99.6,
-        "fashion_mnist": 95.0,
-        "cifar10": 92.8,
-        "smallnorb": 95.0,
-    }
-    claim: ClassVar[Claim | None] = Claim(
-        statement="masked capsule pretraining improves the finetuned classifier",
-        source="Everett et al. 2025, section 4.3.1 and Table 1 (pretrained 92.8% on CIFAR-10; "
-        "the no-pretraining column of Table 1 is lost from our copy of the paper) and "
-        "Figure 6; both arms get the same finetuning, the control with no pretraining epochs",
-        dataset="cifar10",
-        paper_dataset="cifar10",
-        comparisons=(
-            Comparison(
-                Arm("pretrained", "finetune_top1"),
-                Arm("scratch", "finetune_top1", ("--pretrain-epochs", "0")),
-                paper=(92.8, None),
-            ),
-        ),
-        long=Rung(
-            "cifar10",
-            "cifar10_lf10",
-            (),
-            "20 pretraining epochs on 45,000 images, then 80 finetuning epochs on 10% of the "
-            "labels; each seed pretrains its own network",
-            metric_suffix="_lf10",
-        ),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -109,7 +109,6 @@ from selfcaps.config_checks.poe import check as check_poe_config
 from selfcaps.data import EvalTransform
 from selfcaps.eval.progress import progress
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.figures import Figure, ImageGrid, capsule_columns
 from selfcaps.models import create_model
@@ -524,44 +523,6 @@ class PoE(CapsuleMethod):
     monitor_feature: ClassVar[str] = "capsules"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_select", "min")
     knn_monitor: ClassVar[bool] = False
-    bench_protocol: ClassVar[str] = "generation (class purity of samples)"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "purity_mean",
-        "top5": None,
-        "pixels": None,
-        "random_init": "purity_mean_untrained",
-    }
-    bench_notes: ClassVar[dict[str, str]] = {
-        "stages completed": "stages_completed",
-        "classes covered": "purity_classes_covered",
-        "untrained covers": "purity_classes_covered_untrained",
-        "reconstruction spread": "recon_caps_spread",
-        "capsule length": "caps_length",
-        "its spread over inputs": "caps_length_spread",
-        "free-energy gap": "free_energy_gap",
-        "untrained gap": "free_energy_gap_untrained",
-    }
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "fashion_mnist")
-    claim: ClassVar[Claim | None] = Claim(
-        statement="single capsules generate specific objects",
-        source="Hauser 2019, Figure 2 (qualitative: 'each of the individual capsules learn "
-        "specific objects'); measured as the number of digit classes that are some capsule's "
-        "majority class in its samples (judged by a classifier), against untrained W and U",
-        dataset="mnist5k",
-        paper_dataset="mnist",
-        comparisons=(
-            Comparison(
-                Arm("trained", "purity_classes_covered"),
-                Arm("untrained", "purity_classes_covered_untrained"),
-            ),
-        ),
-        long=Rung(
-            "mnist",
-            "paper_mnist54k",
-            (),
-            "the paper's method on all 54,000 MNIST training images, 1 + 1 + 1 epochs",
-        ),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

@@ -80,7 +80,6 @@ from selfcaps.eval import svm_probe
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.affnist_halves import affnist_halves
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
 from selfcaps.methods.figures import Figure, ImageGrid, LinePlot
@@ -203,38 +202,6 @@ class SparseCaps(CapsuleMethod):
     name: ClassVar[str] = "sparsecaps"
     monitor_feature: ClassVar[str] = "unmasked"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
-    bench_protocol: ClassVar[str] = "SVM (RBF) on latent capsules"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "svm_mnist",
-        "top5": None,
-        "pixels": "svm_mnist_pixels",
-        "random_init": None,
-    }
-    bench_notes: ClassVar[dict[str, str]] = {
-        "variant": "variant",
-        "affNIST a": "svm_affnist_a",
-        "affNIST b": "svm_affnist_b",
-        "affNIST data": "affnist_source",
-    }
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist")
-    claim: ClassVar[Claim | None] = Claim(
-        statement="sparse capsules generalise better to affine transformations than dense",
-        source="Rawlinson et al. 2018, Table 1: RBF SVM fit and tested on disjoint affNIST "
-        "codes (protocol a), 90.12% sparse vs 60.63% unmasked, trained on MNIST only; the SVM "
-        "reads the unmasked latent capsules v (section 2.3; the reference classifier); here "
-        "affNIST is the affnist_like stand-in unless the official files are present",
-        dataset="mnist5k",
-        paper_dataset="mnist",
-        comparisons=(
-            Comparison(
-                Arm("sparse", "svm_affnist_a", ("--variant", "sparse")),
-                Arm("dense", "svm_affnist_a", ("--variant", "dense")),
-                paper=(90.12, 60.63),
-            ),
-        ),
-        args=("--epochs", "5"),  # 560 steps a run (quick_mnist5k: 15): 6 runs fit the suite
-        long=Rung("mnist", "quick_long", (), "3 epochs of full MNIST (5,061 steps of 32)"),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
