@@ -9,8 +9,9 @@ ones before it::
 
 Below every layer: ``selfcaps._names``, ``selfcaps.config_checks`` and
 ``selfcaps.records`` (torch-free: the command line lists the methods and checks a
-configuration without torch), and ``selfcaps.configs`` (YAML presets). The package itself (``selfcaps``: ``__version__`` and lazy
-shortcuts such as ``selfcaps.load_run``) and ``selfcaps.__main__`` stand outside.
+configuration without torch), and ``selfcaps.configs`` (YAML presets). The package
+itself (``selfcaps``: ``__version__`` and lazy shortcuts such as ``selfcaps.load_run``)
+and ``selfcaps.__main__`` stand outside.
 """
 
 from __future__ import annotations
