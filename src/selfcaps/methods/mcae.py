@@ -6,7 +6,8 @@ network is :class:`selfcaps.models.mcae.MCAENet`.
 Phase 1, pretraining (the engine's Lightning fit, ``trainer.epochs`` epochs,
 ``--pretrain-epochs``): a random ``model.mask_ratio`` of the patch positions is
 removed, the capsule decoder predicts every patch, and the loss is the MSE on the
-masked patches against their pixel values (paper eq. 4, ``model.target``;
+masked patches against their pixel values (paper eq. 4,
+:func:`~selfcaps.losses.masked_patch_mse`, ``model.target``;
 ``loss.masked_only=false`` gives the all-patches ablation of Table 3).
 ``best.ckpt`` is the epoch with the lowest ``val_mse``: the masked-patch MSE on the
 validation split (carved from train) with masks fixed per batch, so epochs are
@@ -47,7 +48,6 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
@@ -59,6 +59,7 @@ from selfcaps.data import EvalTransform
 from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
+from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
 from selfcaps.methods.engine import RunCSVLogger
@@ -66,37 +67,11 @@ from selfcaps.methods.figures import Figure, ImageGrid
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
-from selfcaps.models.mcae import MaskedReconstruction, MCAENet
+from selfcaps.models.mcae import MCAENet
 
-__all__ = ["MCAE", "PerImageStandardize", "class_nll", "masked_patch_mse"]
+__all__ = ["MCAE", "PerImageStandardize"]
 
 _VAL_MASK_SALT = 0x3A5C
-
-
-def masked_patch_mse(out: MaskedReconstruction, masked_only: bool = True) -> Tensor:
-    r"""Mean squared error per pixel over the masked patches (paper eq. 4), or all patches.
-
-    .. math::
-        \mathcal L = \frac{1}{|M|\,P} \sum_{(b,l) \in M} \lVert \hat x_{b,l} - x_{b,l} \rVert^2
-
-    with ``M`` the masked positions of the batch (every position when
-    ``masked_only`` is False: the ablation of the paper's Table 3) and ``P``
-    pixels per patch. Visible patches then take no part in the loss: neither
-    their predictions nor their pixels receive a gradient from it.
-
-    Args:
-        out: Predictions, targets and mask from :meth:`MCAENet.forward_pretrain`.
-        masked_only: Average over the masked patches only.
-    """
-    err = (out.pred - out.target).pow(2).mean(dim=-1)  # (B, L)
-    if not masked_only:
-        return err.mean()
-    return err[out.mask].sum() / out.mask.sum().clamp_min(1)
-
-
-def class_nll(probs: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
-    """Cross-entropy of class probabilities ``(B, K)``: ``mean_b -log(probs[b, y_b])``."""
-    return F.nll_loss(torch.log(probs.clamp_min(eps)), target)
 
 
 class PerImageStandardize:

@@ -77,7 +77,7 @@ from selfcaps.data.affnist import AffNISTLikeDataset
 from selfcaps.data.dataset import ImageDataset
 from selfcaps.data.shift_grid import ShiftGridDataset
 from selfcaps.eval import svm_probe
-from selfcaps.losses import MarginLoss
+from selfcaps.losses import MarginLoss, reconstruction_loss
 from selfcaps.methods.affnist_halves import affnist_halves
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
@@ -92,7 +92,6 @@ __all__ = [
     "equivariance_sweep",
     "rank_frequency",
     "ranked_support",
-    "reconstruction_loss",
     "svm_key",
     "svm_metric",
 ]
@@ -141,16 +140,6 @@ def svm_metric(metrics: dict[str, Any], protocol: str, kind: str) -> float | Non
         if metrics.get(key) is not None:
             return float(metrics[key])
     return None
-
-
-def reconstruction_loss(recon: Tensor, target: Tensor) -> Tensor:
-    """Sum of squared pixel errors per image, averaged over the batch (the paper's loss).
-
-    Examples:
-        >>> reconstruction_loss(torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
-        tensor(4.)
-    """
-    return (recon - target).pow(2).flatten(1).sum(1).mean()
 
 
 class CanvasTransform:
