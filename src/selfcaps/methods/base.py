@@ -19,7 +19,6 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils.data import Dataset
@@ -27,7 +26,8 @@ from torch.utils.data import Dataset
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
 from selfcaps.methods.datamodule import mix_seed
-from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.figures import Figure
+from selfcaps.methods.retrieval import retrieval_figure
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.records import MethodRecord, get_record
 
@@ -378,52 +378,7 @@ class CapsuleMethod(L.LightningModule):
     # ------------------------------------------------------------------- figures
     def figures(self, dm: Any) -> dict[str, Figure]:
         """Figures of a finished run, by file stem (rendered by ``selfcaps.viz``)."""
-        return {"retrieval": self.retrieval_figure(dm)}
-
-    @torch.no_grad()
-    def retrieval_figure(
-        self, dm: Any, queries: int = 8, k: int = 8, bank: int = 5000
-    ) -> ImageGrid:
-        """Test images (first column) and their ``k`` nearest training images (monitor feature)."""
-        _, eval_tf = self.build_transforms()
-        test, train = dm.split("test"), dm.split("train")
-        q_idx = torch.linspace(0, len(test) - 1, queries).long().tolist()
-        b_idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[
-            :bank
-        ].tolist()
-
-        def load(ds: Any, idx: list[int]) -> tuple[Tensor, Tensor]:
-            raw = torch.stack([ds[i][0] for i in idx])
-            feats = [
-                self.monitor_features(
-                    torch.stack([eval_tf(r) for r in raw[j : j + 256]]).to(self.device)
-                )
-                .float()
-                .cpu()
-                for j in range(0, len(raw), 256)
-            ]
-            return raw.float() / 255.0, torch.cat(feats)
-
-        was_training = self.training
-        self.eval()
-        try:
-            q_img, q_f = load(test, q_idx)
-            b_img, b_f = load(train, b_idx)
-        finally:
-            self.train(was_training)
-        sim = F.normalize(q_f, dim=1) @ F.normalize(b_f, dim=1).t()
-        nn_idx = sim.topk(min(k, len(b_idx)), dim=1).indices
-        rows = [torch.cat([q_img[i : i + 1], b_img[nn_idx[i]]]) for i in range(len(q_idx))]
-        k = nn_idx.shape[1]
-        return ImageGrid(
-            torch.cat(rows),
-            nrow=k + 1,
-            title=f"test images (framed) and their {k} nearest training images "
-            f"({self.monitor_feature} feature)",
-            col_labels=["query", *(str(j + 1) for j in range(k))],
-            xlabel="nearest training images, most similar first",
-            highlight_col=0,
-        )
+        return {"retrieval": retrieval_figure(self, dm)}
 
     # --------------------------------------------------------- checkpointed state
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

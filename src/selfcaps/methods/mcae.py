@@ -40,7 +40,6 @@ Imagewoof) random resized crops to ``augment.image_size`` plus colour jitter.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,42 +56,23 @@ from selfcaps.config_checks.labels import label_suffix
 from selfcaps.config_checks.mcae import check as check_mcae_config
 from selfcaps.data import EvalTransform
 from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
+from selfcaps.data.transforms import PerImageStandardize
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
+from selfcaps.methods.csv_logs import RunCSVLogger
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
-from selfcaps.methods.engine import RunCSVLogger
-from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.figures import Figure
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
+from selfcaps.methods.mcae_figures import reconstruction_figure
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
 from selfcaps.models.mcae import MCAENet
 
-__all__ = ["MCAE", "PerImageStandardize"]
+__all__ = ["MCAE"]
 
 _VAL_MASK_SALT = 0x3A5C
-
-
-class PerImageStandardize:
-    """Standardise each image to zero mean and unit variance (smallNORB, paper section 4.2).
-
-    As ``tf.image.per_image_standardization``: the standard deviation is floored
-    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero.
-
-    Examples:
-        >>> x = PerImageStandardize()(torch.arange(4.0).view(1, 2, 2))
-        >>> round(float(x.mean()), 6), round(float(x.std(unbiased=False)), 6)
-        (0.0, 1.0)
-    """
-
-    def __call__(self, x: Tensor) -> Tensor:
-        """The standardised image."""
-        std = x.std(unbiased=False).clamp_min(1.0 / math.sqrt(x.numel()))
-        return (x - x.mean()) / std
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 def finetune_param_groups(net: MCAENet, lr: float, scale: float) -> list[dict[str, Any]]:
@@ -440,50 +420,7 @@ class MCAE(CapsuleMethod):
     # ------------------------------------------------------------------ figures
     def figures(self, dm: Any) -> dict[str, Figure]:
         """Nearest-neighbour retrieval and ``reconstruction`` (masked input / output / original)."""
-        return {**super().figures(dm), "reconstruction": self.reconstruction_figure(dm)}
-
-    @torch.no_grad()
-    def reconstruction_figure(self, dm: Any, n: int = 8) -> ImageGrid:
-        """Validation images: masked input, reconstruction (visible patches pasted), original."""
-        _, eval_tf = self.build_transforms()
-        val = dm.split("val")
-        idx = torch.linspace(0, len(val) - 1, min(n, len(val))).long().tolist()
-        x = torch.stack([eval_tf(val[i][0]) for i in idx]).to(self.device)
-        was = self.training
-        self.eval()
-        try:
-            g = torch.Generator(device=x.device).manual_seed(mix_seed(self.cfg.seed, 0xF16))
-            masked, recon = self.mcae.reconstruct(self.mcae.forward_pretrain(x, generator=g))
-        finally:
-            self.train(was)
-        # Reconstructions are in the target's space: the input's (normalised, or smallNORB's
-        # standardised) or pixel values.
-        smallnorb = str(self.cfg.data.name).startswith("smallnorb")
-        input_space = self.mcae.target == "normalized" or smallnorb
-        rows = [self._displayable(t, x, input_space) for t in (masked, recon)]
-        rows.append(self._displayable(x, x, True))
-        return ImageGrid(
-            torch.cat(rows).cpu(),
-            nrow=len(idx),
-            title=f"MCAE, {self.cfg.model.mask_ratio:.0%} of patches masked (validation images)",
-            row_labels=["masked input", "reconstruction", "original"],
-        )
-
-    def _displayable(self, t: Tensor, original: Tensor, normalized: bool) -> Tensor:
-        """Images in ``[0, 1]``: undo the input's normalisation, or clamp pixel values.
-
-        With ``normalized`` the normalisation is undone (smallNORB: mapped to the
-        original's range); otherwise ``t`` holds pixel values and is clamped.
-        """
-        if not normalized:
-            return t.clamp(0, 1)
-        if str(self.cfg.data.name).startswith("smallnorb"):
-            lo = original.amin(dim=(1, 2, 3), keepdim=True)
-            hi = original.amax(dim=(1, 2, 3), keepdim=True)
-            return ((t - lo) / (hi - lo).clamp_min(1e-8)).clamp(0, 1)
-        mean = torch.tensor(self.info.mean, device=t.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.info.std, device=t.device).view(1, -1, 1, 1)
-        return (t * std + mean).clamp(0, 1)
+        return {**super().figures(dm), "reconstruction": reconstruction_figure(self, dm)}
 
 
 def _input_size(cfg: Any) -> int | None:
