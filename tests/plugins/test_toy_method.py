@@ -10,12 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from selfcaps import records
-from tests.plugins.toy_method import write_toy_package
+from tests.plugins.toy_method import FILES, write_toy_package
 from tests.runs import FAST, assert_run_files, selfcaps_cmd, subprocess_env
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "adding_a_method.md"
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +87,44 @@ def test_create_model_and_get_method_find_it_in_process(toy_root, monkeypatch):
             del sys.modules[name]
         records.refresh()
     assert "toynet" not in selfcaps.list_models()
+
+
+def test_the_adding_a_method_page_shows_these_very_files():
+    text = DOC.read_text()
+    shown = [n for n, body in FILES.items() if body.strip() and "dist-info" not in n]
+    missing = [n for n in shown if FILES[n].rstrip() not in text]
+    assert missing == [], f"docs/adding_a_method.md does not show {missing} as the test writes it"
+
+
+class _EntryPoint:
+    """What ``importlib.metadata.entry_points`` gives, loading ``value``."""
+
+    def __init__(self, name, value, loaded):
+        self.name, self.value, self._loaded = name, value, loaded
+
+    def load(self):
+        if isinstance(self._loaded, Exception):
+            raise self._loaded
+        return self._loaded
+
+
+@pytest.mark.parametrize(
+    ("loaded", "message"),
+    [
+        (ModuleNotFoundError("No module named 'gone'"), "entry point bad = 'gone:RECORD'.*cannot"),
+        ("not a record", "entry point bad = 'gone:RECORD'.*expected a selfcaps.records"),
+        (replace(records.get_record("coca")), "'coca' is defined twice: by selfcaps.records.coca"),
+    ],
+)
+def test_a_broken_plugin_is_named(monkeypatch, loaded, message):
+    name = "coca" if isinstance(loaded, records.MethodRecord) else "bad"
+    monkeypatch.setattr(
+        records, "entry_points", lambda group: [_EntryPoint(name, "gone:RECORD", loaded)]
+    )
+    records.refresh()
+    try:
+        with pytest.raises((ImportError, TypeError, ValueError), match=message):
+            records.list_records()
+    finally:
+        monkeypatch.undo()
+        records.refresh()

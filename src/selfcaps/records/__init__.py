@@ -150,7 +150,10 @@ def _records() -> dict[str, MethodRecord]:
             _add(found, module.RECORD, f"{module.__name__}.RECORD")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         source = f"entry point {ep.name} = {ep.value!r} ({ENTRY_POINT_GROUP})"
-        record = ep.load()
+        try:
+            record = ep.load()
+        except Exception as e:  # a broken plugin: say which one
+            raise ImportError(f"{source} cannot be loaded: {type(e).__name__}: {e}") from e
         _add(found, record, source)
         if record.name != ep.name:
             raise ValueError(f"{source}: the record is named {record.name!r}, not {ep.name!r}")
