@@ -267,14 +267,14 @@ def test_generated_halves_fit_where_their_mode_says(data_root, mode, fit_split, 
     method.cfg.data.root = data_root
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
     encoded = []  # (split of the dataset, indices) of every affNIST encoding
-    encode = method._encode
+    encode = method.encode
 
     def spy(ds, kinds, indices=None):
         if isinstance(ds, AffNISTLikeDataset):
             encoded.append((ds.split, list(indices)))
         return encode(ds, kinds, indices)
 
-    monkeypatch.setattr(method, "_encode", spy)
+    monkeypatch.setattr(method, "encode", spy)
     m = method.eval().evaluate(dm)
     assert m["affnist_halves"] == mode
     assert (m["affnist_fit_images"], m["affnist_test_images"]) == (40, 20)
