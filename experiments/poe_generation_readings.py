@@ -31,6 +31,7 @@ from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.figures import ImageGrid
 from selfcaps.methods.io import load_checkpoint
+from selfcaps.methods.poe_judge import purity_metrics, train_judge
 from selfcaps.viz import render_figure
 
 
@@ -76,7 +77,7 @@ def main() -> None:
     train_tf, eval_tf = method.build_transforms()
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source=source)
     dm.setup("fit")
-    judge, judge_acc = method.train_judge(dm)
+    judge, judge_acc = train_judge(dm, method.cfg, method.info, method.device)
     net = method.poe
     g = torch.Generator().manual_seed(0)
     draws = torch.randn(200, net.num_caps, net.out_dim, generator=g)
@@ -90,7 +91,9 @@ def main() -> None:
         with torch.no_grad():
             for restricted in (False, True):
                 suffix = "_restricted" if restricted else ""
-                m = method.purity_metrics(net, judge, suffix, restricted=restricted)
+                m = purity_metrics(
+                    net, judge, method.cfg.samples, method.device, suffix, restricted
+                )
                 for key in ("purity_mean", "purity_classes_covered", "purity_majority_classes"):
                     out[f"{reading}_{key}{suffix}"] = m[key + suffix]
                 grid = net.sample_grid(int(cfg.samples.rows), int(cfg.samples.seed), restricted)

@@ -31,7 +31,7 @@ from selfcaps.data.affine import AFFNIST_VERSIONS
 from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
-from selfcaps.methods.sparsecaps import svm_metric
+from selfcaps.methods.sparsecaps_svm import svm_metric
 
 # feature name -> kind; values are read with svm_metric, so runs and halves.json files from
 # before the headline read v (svm_affnist_a_unmasked) give the same columns

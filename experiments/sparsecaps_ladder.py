@@ -43,12 +43,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from selfcaps.methods.sparsecaps import svm_key, svm_metric
+from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
 
 VARIANTS = ("sparse", "dense")
 # (label, variant, key of a row): the curves of the figure. Rows use the method's keys
 # (``svm_<protocol>`` = v, the headline; ``svm_<protocol>_masked`` = v' = m v), whichever
-# layout the run's metrics.json has (:func:`~selfcaps.methods.sparsecaps.svm_metric`).
+# layout the run's metrics.json has (:func:`~selfcaps.methods.sparsecaps_svm.svm_metric`).
 V, V_MASKED = "svm_affnist_a", "svm_affnist_a_masked"
 CURVES = (
     ("sparse, v (headline: section 2.3, reference code)", "sparse", V),

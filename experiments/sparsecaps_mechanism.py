@@ -14,7 +14,7 @@ test images with each network in eval mode and draws:
   left, dense right.
 
 The statistics and figure specifications are the method's own
-(:mod:`selfcaps.methods.sparsecaps`); this script only loads, encodes and places
+(:mod:`selfcaps.methods.sparsecaps_figures`); this script only loads, encodes and places
 the panels side by side. It prints, per network, the last point of the Fig. 3
 curve and each capsule's share of rank 0 in Fig. 4.
 
@@ -43,8 +43,8 @@ import selfcaps
 from selfcaps.data import get_dataset
 from selfcaps.methods.datamodule import TransformDataset
 from selfcaps.methods.figures import Figure
-from selfcaps.methods.sparsecaps import (
-    CanvasTransform,
+from selfcaps.methods.sparsecaps import CanvasTransform
+from selfcaps.methods.sparsecaps_figures import (
     equivariance_sweep,
     rank_frequency,
     rank_frequency_plot,

@@ -7,10 +7,11 @@ ones before it::
 
     caps -> models -> losses -> data -> eval -> methods -> viz -> cli
 
-Below every layer: ``selfcaps._names`` and ``selfcaps.config_checks`` (torch-free:
-the command line checks a configuration without torch), and ``selfcaps.configs``
-(YAML presets). The package itself (``selfcaps``: ``__version__`` and lazy
-shortcuts such as ``selfcaps.load_run``) and ``selfcaps.__main__`` stand outside.
+Below every layer: ``selfcaps._names``, ``selfcaps.config_checks`` and
+``selfcaps.records`` (torch-free: the command line lists the methods and checks a
+configuration without torch), and ``selfcaps.configs`` (YAML presets). The package
+itself (``selfcaps``: ``__version__`` and lazy shortcuts such as ``selfcaps.load_run``)
+and ``selfcaps.__main__`` stand outside.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = ("caps", "models", "losses", "data", "eval", "methods", "viz", "cli")
 #: Packages (and modules) below every layer: they import no layer.
-FOUNDATION = ("_names", "config_checks", "configs")
+FOUNDATION = ("_names", "config_checks", "configs", "records")
 #: The package's own ``__init__`` and ``__main__``: entry points, may import any layer.
 ENTRY = ("selfcaps", "selfcaps.__main__")
 #: Third-party packages a foundation module must not import.

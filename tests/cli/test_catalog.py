@@ -1,4 +1,4 @@
-"""The torch-free name tables of the command line equal the registries they stand for."""
+"""The torch-free names of the command line (the records') equal the registries they stand for."""
 
 import selfcaps
 from selfcaps.cli import catalog
@@ -6,7 +6,7 @@ from selfcaps.cli.listing import format_listing
 from selfcaps.config_checks.sparsecaps import VARIANTS
 from selfcaps.data import list_datasets
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.flags import METHOD_FLAGS
+from selfcaps.records import get_record, list_records
 
 
 def test_dataset_and_model_names_match_the_registries():
@@ -14,11 +14,12 @@ def test_dataset_and_model_names_match_the_registries():
     assert catalog.list_models() == selfcaps.list_models()
 
 
-def test_every_method_is_registered_under_its_name_with_a_flag_table():
-    assert sorted(METHOD_FLAGS) == list_methods()
-    for name in list_methods():
-        assert get_method(name).name == name
-    assert METHOD_FLAGS["sparsecaps"]["--variant"].choices == VARIANTS
+def test_every_record_names_its_method_class_and_networks():
+    assert [r.name for r in list_records()] == list_methods()
+    for record in list_records():
+        assert get_method(record.name).name == record.name
+        assert set(record.models) <= set(selfcaps.list_models()), record.name
+    assert get_record("sparsecaps").flags["--variant"].choices == VARIANTS
 
 
 def test_plain_list_groups_methods_first():

@@ -9,7 +9,8 @@ import pytest
 
 from selfcaps.cli import main
 from selfcaps.cli.claims import claim_figure, collect_claims, plan_claims, render_claims
-from selfcaps.methods import get_method, list_methods
+from selfcaps.methods import list_methods
+from selfcaps.records import get_record
 
 
 def _args(out: Path, **kw) -> argparse.Namespace:
@@ -23,7 +24,7 @@ def _args(out: Path, **kw) -> argparse.Namespace:
 
 def test_every_method_states_a_claim_with_metrics_it_reports():
     for name in list_methods():
-        claim = get_method(name).claim
+        claim = get_record(name).claim
         assert claim is not None, name
         assert claim.comparisons and claim.statement and claim.source
         for comp in claim.comparisons:
@@ -56,7 +57,7 @@ def test_plan_shares_runs_between_arms_with_the_same_arguments(tmp_path):
 
 
 def test_a_claims_own_budget_applies_unless_minutes_are_given(tmp_path):
-    claim = get_method("encapnet").claim
+    claim = get_record("encapnet").claim
     assert claim.args  # EncapNet's claim is cut to fit the suite's two hours
     (plan,) = plan_claims(_args(tmp_path, methods=["encapnet"]))
     n = len(claim.args)
@@ -143,7 +144,7 @@ def test_the_long_tier_runs_each_claim_at_its_pages_rung(tmp_path):
     by_method = {p.method: p for p in plans}
     assert set(by_method) == set(list_methods())  # every claim has a long rung
     for name, plan in by_method.items():
-        rung = get_method(name).claim.long
+        rung = get_record(name).claim.long
         assert rung.preset in list_presets()[name], (name, rung.preset)
         assert plan.dataset == rung.dataset and plan.suffix == rung.metric_suffix
         for rows in plan.runs.values():

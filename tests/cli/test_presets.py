@@ -83,6 +83,8 @@ def test_a_cycle_or_unknown_parent_is_named(monkeypatch):
     files = {"base.yaml": "", "m_a.yaml": "extends: b\n", "m_b.yaml": "extends: a\n"}
     files["m_c.yaml"] = "extends: nope\n"
     monkeypatch.setattr(config, "config_text", files.__getitem__)
+    source = lambda m, p: (f"configs/{m}_{p}.yaml", files[f"{m}_{p}.yaml"])  # noqa: E731
+    monkeypatch.setattr(config, "preset_source", source)
     monkeypatch.setattr(config, "list_presets", lambda method=None: {"m": ["a", "b", "c"]})
     with pytest.raises(ConfigError, match=r"configs/m_b.yaml: extends 'a'"):
         load_config("m", "a")

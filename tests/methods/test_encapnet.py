@@ -10,7 +10,7 @@ from selfcaps.cli.config import load_config
 from selfcaps.eval import count_flops, count_parameters
 from selfcaps.methods import get_method
 from selfcaps.methods.encapnet import EncapNetMethod, gradient_probe
-from selfcaps.methods.flags import METHOD_FLAGS, on_off
+from selfcaps.records import get_record, on_off
 
 # A small EncapNet on 28x28 digits: 8 capsule types, modules at 14x14 and 7x7.
 SMALL = [
@@ -34,7 +34,7 @@ def _method(*overrides, seed=0):
 def test_registered_with_cli_flags():
     assert get_method("encapnet") is EncapNetMethod
     assert EncapNetMethod.monitor_metric == ("val_top1", "max")
-    assert METHOD_FLAGS["encapnet"]["--variant"].choices == ("master", "master_aide")
+    assert get_record("encapnet").flags["--variant"].choices == ("master", "master_aide")
     assert on_off("on") is True and on_off("OFF") is False
     with pytest.raises(argparse.ArgumentTypeError):
         on_off("maybe")

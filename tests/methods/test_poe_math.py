@@ -1,6 +1,6 @@
 """PoE capsules: Algorithm 1, free energy, decoder rule, against loops and autograd.
 
-Every reference here is computed independently of ``selfcaps.methods.poe``: explicit
+Every reference here is computed independently of the code under test: explicit
 loops over capsules or ``torch.autograd`` on a plain formula, in float64.
 """
 
@@ -9,23 +9,24 @@ import pytest
 import torch
 
 from selfcaps.caps import squash, unsquash
-from selfcaps.methods.poe import (
-    PoE,
-    capsule_pair_similarity,
+from selfcaps.losses.contrastive_divergence import (
     cd_chain,
-    class_purity,
     data_term,
     decoder_cd_update,
     decoder_reconstruction_update,
     encoder_cd_terms,
     encoder_cd_update,
     log_marginal,
-    reconstruction_stats,
-    second_moment_spectrum,
     sparsity_term,
-    stage_of,
+)
+from selfcaps.methods.poe import PoE, stage_of
+from selfcaps.methods.poe_collapse import (
+    capsule_pair_similarity,
+    second_moment_spectrum,
     top_direction_share,
 )
+from selfcaps.methods.poe_judge import class_purity
+from selfcaps.methods.poe_reconstruction import reconstruction_stats
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
 N, DIN, M, DOUT, B = 7, 3, 4, 5, 6

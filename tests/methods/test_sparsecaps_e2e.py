@@ -205,6 +205,7 @@ def test_supervised_evaluation_and_figures_without_training(data_root):
         ("eval.svm_max_train", 50),
         ("eval.affnist_fit", 50),
         ("eval.affnist_test", 50),
+        ("eval.figure_images", 50),
     )
     method.cfg.data.root = data_root
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
@@ -217,12 +218,28 @@ def test_supervised_evaluation_and_figures_without_training(data_root):
     assert figs["fig2_reconstructions"].images.shape == (4 * 2 * 12, 1, 40, 40)  # 10 capsules
     assert figs["fig2_reconstructions"].nrow == 12
     assert figs["fig5_equivariance"].images.shape == (16 * 11, 1, 40, 40)
-    ranks = figs["fig4_rank_frequency"].series  # one line per capsule, over the 50 affNIST images
+    ranks = figs["fig4_rank_frequency"].series  # one line per capsule, over 50 affNIST images
     assert len(ranks) == 10 and all(len(ys) == 10 for _, ys in ranks.values())
     assert all(sum(ys) == pytest.approx(100.0) for _, ys in ranks.values())
     assert "50 affNIST test images" in figs["fig4_rank_frequency"].title
     xs, ys = figs["fig3_routing_support"].series["supervised"]
     assert len(xs) == 10 and ys[0] == 1.0 and sorted(ys, reverse=True) == ys
+
+
+@pytest.mark.filterwarnings("ignore:affNIST files not found", "ignore:affnist_like")
+def test_figures_are_the_same_whether_or_not_the_evaluation_ran(data_root):
+    """Fig. 4 reads affNIST without an evaluation (``selfcaps pretrain``) as after one."""
+    method = _method(("eval.figure_images", 20), ("eval.affnist", "affnist_like"))
+    method.cfg.data.root = data_root
+    dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
+    before = method.figures(dm)  # no evaluate(): what pretrain draws
+    assert "20 affNIST test images" in before["fig4_rank_frequency"].title
+    method.cfg.eval.svm_max_train, method.cfg.eval.svm_max_test = 20, 20
+    method.cfg.eval.affnist_fit, method.cfg.eval.affnist_test = 20, 20
+    method.evaluate(dm)
+    after = method.figures(dm)
+    for stem in ("fig3_routing_support", "fig4_rank_frequency"):
+        assert after[stem].series == before[stem].series and after[stem].title == before[stem].title
 
 
 def test_config_errors_name_the_key(data_root, capsys):
@@ -250,14 +267,14 @@ def test_generated_halves_fit_where_their_mode_says(data_root, mode, fit_split, 
     method.cfg.data.root = data_root
     dm = SelfcapsDataModule(method.cfg, *method.build_transforms())
     encoded = []  # (split of the dataset, indices) of every affNIST encoding
-    encode = method._encode
+    encode = method.encode
 
     def spy(ds, kinds, indices=None):
         if isinstance(ds, AffNISTLikeDataset):
             encoded.append((ds.split, list(indices)))
         return encode(ds, kinds, indices)
 
-    monkeypatch.setattr(method, "_encode", spy)
+    monkeypatch.setattr(method, "encode", spy)
     m = method.eval().evaluate(dm)
     assert m["affnist_halves"] == mode
     assert (m["affnist_fit_images"], m["affnist_test_images"]) == (40, 20)

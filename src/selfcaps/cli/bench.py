@@ -31,8 +31,9 @@ from selfcaps.cli.suite_runs import (
     png_figure_html,
     run_command,
 )
-from selfcaps.methods import get_method, list_methods
+from selfcaps.methods import list_methods
 from selfcaps.methods.atomic import atomic_write_text
+from selfcaps.records import get_record
 
 __all__ = [
     "BenchRow",
@@ -102,11 +103,11 @@ def plan(args: argparse.Namespace) -> list[BenchRow]:
     """The (method, dataset) pairs to run, with their run directories and commands."""
     methods = args.methods or list_methods()
     for m in methods:
-        get_method(m)  # unknown names fail here, with the valid ones listed
+        get_record(m)  # unknown names fail here, with the valid ones listed
     rows = []
     for dataset in args.datasets:
         for m in methods:
-            if dataset not in get_method(m).bench_datasets:
+            if dataset not in get_record(m).bench_datasets:
                 continue
             run_dir = args.out / "runs" / m / dataset.replace(":", "_").replace("/", "_")
             preset = "paper" if args.paper else default_preset(m, dataset)

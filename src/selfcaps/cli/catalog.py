@@ -1,8 +1,9 @@
 """Names the command line checks and lists before it imports torch.
 
 The dataset and model registries live with the datasets and networks, which
-import torch; importing them costs seconds. These tuples let ``selfcaps list``
-and the validation of ``--data`` answer at once. A test checks that they equal
+import torch; importing them costs seconds. :data:`DATASETS` and the model names
+of the methods' records (:mod:`selfcaps.records`) let ``selfcaps list`` and the
+validation of ``--data`` answer at once. A test checks that they equal
 ``selfcaps.data.list_datasets()`` and ``selfcaps.list_models()``.
 """
 
@@ -12,8 +13,9 @@ import fnmatch
 
 from selfcaps._names import unknown_name_error
 from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
+from selfcaps.records import list_records
 
-__all__ = ["DATASETS", "IMAGEFOLDER_PREFIX", "MODELS", "check_dataset_name", "list_models"]
+__all__ = ["DATASETS", "IMAGEFOLDER_PREFIX", "check_dataset_name", "list_models", "models"]
 
 
 #: Every name of :func:`selfcaps.data.list_datasets` (``imagefolder:<path>`` is a pattern).
@@ -34,22 +36,10 @@ DATASETS: tuple[str, ...] = (
     f"{IMAGEFOLDER_PREFIX}<path>",
 )
 
-#: Every name of :func:`selfcaps.list_models` (aliases not included).
-MODELS: tuple[str, ...] = (
-    "coca",
-    "encapnet",
-    "encapnet18",
-    "encapnet18_resnet",
-    "mcae",
-    "poe",
-    "sparsecaps",
-    "table1_capnet_dynamic",
-    "table1_capnet_em",
-    "table1_capnet_em_procedure1",
-    "table1_cnn",
-    "table1_encapnet_master",
-    "table1_encapnet_master_aide",
-)
+
+def models() -> tuple[str, ...]:
+    """Every name of :func:`selfcaps.list_models` (aliases not included), from the records."""
+    return tuple(sorted(n for r in list_records() for n in r.models))
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -59,7 +49,7 @@ def list_models(pattern: str = "*") -> list[str]:
         >>> list_models("encapnet1*")
         ['encapnet18', 'encapnet18_resnet']
     """
-    return sorted(n for n in MODELS if fnmatch.fnmatch(n, pattern))
+    return sorted(n for n in models() if fnmatch.fnmatch(n, pattern))
 
 
 def check_dataset_name(name: str) -> None:

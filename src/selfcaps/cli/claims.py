@@ -1,6 +1,6 @@
 """``selfcaps bench --suite claims``: each paper's central claim as a paired, seeded test.
 
-For every method, its :class:`~selfcaps.methods.claims.Claim` names the arms to run
+For every method, its :class:`~selfcaps.records.Claim` names the arms to run
 (treatment and control: ``selfcaps run`` arguments) and the metric to read. Each arm
 runs once per seed in ``DIR/claims/<method>/<arm>/seed<k>`` with the same data, budget
 and seed on both sides; finished runs are kept, interrupted ones resumed (as ``bench``
@@ -25,9 +25,9 @@ from typing import Any
 from selfcaps.cli.config import ConfigError, default_preset
 from selfcaps.cli.suite_runs import BenchRow, environment, execute, png_figure_html, run_command
 from selfcaps.eval.paired import NOT_RESOLVED, PairedResult, overall_verdict, paired_comparison
-from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.claims import Arm, Claim, Comparison
+from selfcaps.methods import list_methods
 from selfcaps.methods.io import atomic_write_bytes, atomic_write_text
+from selfcaps.records import Arm, Claim, Comparison, get_record
 
 __all__ = [
     "ClaimResult",
@@ -92,8 +92,7 @@ def plan_claims(args: argparse.Namespace) -> list[ClaimResult]:
     suite_dir = "claims-long" if long_tier else "claims"
     plans = []
     for m in methods:
-        cls = get_method(m)  # unknown names fail here, with the valid ones listed
-        claim = cls.claim
+        claim = get_record(m).claim  # unknown names fail here, with the valid ones listed
         if claim is None:
             continue
         rung = claim.long if long_tier else None

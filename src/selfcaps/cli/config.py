@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from selfcaps.cli.presets import config_text, default_preset, list_presets
+from selfcaps.cli.presets import config_text, default_preset, list_presets, preset_source
 
 __all__ = [
     "ConfigError",
@@ -187,15 +187,15 @@ def load_config(
     layers = [load_yaml("configs/base.yaml", config_text("base.yaml"))]
     chain = [preset]
     while True:  # a preset may build on another of the same method: `extends: quick`
-        name = f"{method}_{chain[-1]}.yaml"
-        layer = load_yaml(f"configs/{name}", config_text(name))
+        name, text = preset_source(method, chain[-1])
+        layer = load_yaml(name, text)
         parent = layer.pop("extends", None)
         layers.insert(1, layer)
         if parent is None:
             break
         if parent not in presets[method] or parent in chain:
             raise ConfigError(
-                f"configs/{name}: extends {parent!r}, which is not another preset of {method} "
+                f"{name}: extends {parent!r}, which is not another preset of {method} "
                 f"(valid: {', '.join(p for p in presets[method] if p not in chain)})"
             )
         chain.append(parent)

@@ -1,10 +1,16 @@
-"""The shipped YAML presets by method, found without parsing them (no omegaconf, no torch)."""
+"""The YAML presets by method, found without parsing them (no omegaconf, no torch).
+
+A method's presets are the files ``<method>_<preset>.yaml`` of the package its record
+names (``MethodRecord.presets``: ``selfcaps.configs`` for the shipped methods).
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 
-__all__ = ["config_text", "default_preset", "list_presets", "paper_preset"]
+from selfcaps.records import get_record, list_records
+
+__all__ = ["config_text", "default_preset", "list_presets", "paper_preset", "preset_source"]
 
 _CONFIG_PACKAGE = "selfcaps.configs"
 
@@ -15,20 +21,35 @@ def config_text(name: str) -> str:
 
 
 def list_presets(method: str | None = None) -> dict[str, list[str]]:
-    """Shipped presets by method: ``{"coca": ["paper", "quick", ...], ...}``.
+    """Presets by method: ``{"coca": ["paper", "quick", ...], ...}``.
 
     Args:
-        method: Restrict to one method.
+        method: Restrict to one method (an unknown name: an empty dict).
     """
     out: dict[str, list[str]] = {}
-    for entry in resources.files(_CONFIG_PACKAGE).iterdir():
-        name = entry.name
-        if not name.endswith(".yaml") or name == "base.yaml" or "_" not in name:
+    for record in list_records():
+        if method is not None and record.name != method:
             continue
-        m, preset = name[: -len(".yaml")].split("_", 1)
-        if method is None or m == method:
-            out.setdefault(m, []).append(preset)
-    return {k: sorted(v) for k, v in sorted(out.items())}
+        prefix = f"{record.name}_"
+        out[record.name] = sorted(
+            entry.name[len(prefix) : -len(".yaml")]
+            for entry in resources.files(record.presets).iterdir()
+            if entry.name.startswith(prefix) and entry.name.endswith(".yaml")
+        )
+    return out
+
+
+def preset_source(method: str, preset: str) -> tuple[str, str]:
+    """Where the preset file of ``method`` is (for messages) and its text.
+
+    Examples:
+        >>> preset_source("coca", "quick")[0]
+        'configs/coca_quick.yaml'
+    """
+    package = get_record(method).presets
+    name = f"{method}_{preset}.yaml"
+    label = f"configs/{name}" if package == _CONFIG_PACKAGE else f"{package}/{name}"
+    return label, resources.files(package).joinpath(name).read_text()
 
 
 def default_preset(method: str, dataset: str | None) -> str:

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
 from selfcaps.config_checks import check_config
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.flags import METHOD_FLAGS, NO_TRAINING, CliFlag
+from selfcaps.records import CliFlag, get_record, list_records
 
 if TYPE_CHECKING:  # imported when a run starts (they import torch and Lightning)
     from selfcaps.methods import CapsuleMethod
@@ -114,7 +115,7 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
         help="skip steps with a non-finite loss or gradient instead of stopping",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    own = METHOD_FLAGS.get(method or "", {})
+    own = _all_flags().get(method or "", {})
     if own:
         group = p.add_argument_group(f"options of {method}")
         for flag, spec in own.items():
@@ -125,7 +126,7 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
             p.add_argument(flag, help=argparse.SUPPRESS)
     if method is None:
         p.epilog = "method options (see `selfcaps run METHOD --help`): " + "; ".join(
-            f"{name}: {', '.join(flags) or 'none'}" for name, flags in METHOD_FLAGS.items()
+            f"{name}: {', '.join(flags) or 'none'}" for name, flags in _all_flags().items()
         )
     else:
         p.epilog = (
@@ -135,10 +136,15 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
         )
 
 
+def _all_flags() -> dict[str, Mapping[str, CliFlag]]:
+    """``{method: {flag: spec}}`` from the methods' records (an empty dict: generic flags only)."""
+    return {r.name: r.flags for r in list_records()}
+
+
 def _method_flags() -> dict[str, list[tuple[str, CliFlag]]]:
     """Every method-specific flag with the (method name, spec) pairs that declare it."""
     by_flag: dict[str, list[tuple[str, CliFlag]]] = {}
-    for name, flags in sorted(METHOD_FLAGS.items()):
+    for name, flags in _all_flags().items():
         for flag, spec in flags.items():
             by_flag.setdefault(flag, []).append((name, spec))
     return by_flag
@@ -162,11 +168,11 @@ def _overrides_from_args(args: argparse.Namespace, method: str) -> list[tuple[st
         if value is not None and attr != "data_root":
             pairs.append((key, value))
     if getattr(args, "epochs", None) == 0:  # no training at all (method flags may override)
-        pairs += list(NO_TRAINING.get(method, {}).items())
+        pairs += list(get_record(method).no_training.items())
     for attr, key in _SWITCH_KEYS.items():
         if getattr(args, attr, False):
             pairs.append((key, attr != "no_progress"))
-    known = METHOD_FLAGS[method]
+    known = get_record(method).flags
     for flag, specs in _method_flags().items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
         if value is not None:
@@ -338,8 +344,8 @@ def _print_summary(metrics: dict[str, Any], out: Path) -> None:
     """The end-of-run summary: the method's headline numbers and where the files are."""
     from selfcaps.cli.summary import format_summary
 
-    cls = get_method(str(metrics["method"]))
-    print(format_summary(metrics, out, cls.bench_protocol, cls.bench_keys, cls.bench_notes))
+    r = get_record(str(metrics["method"]))
+    print(format_summary(metrics, out, r.bench_protocol, r.bench_keys, r.bench_notes))
 
 
 def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = None) -> int:
@@ -497,7 +503,8 @@ def _train(
     method.eval()
     set_progress(bool(method.cfg.trainer.progress_bar))
     if evaluate:
-        note(f"final evaluation of {method.name} on the test split ({method.bench_protocol})")
+        protocol = method.record().bench_protocol
+        note(f"final evaluation of {method.name} on the test split ({protocol})")
         metrics.update(method.evaluate(dm))
         note("evaluation done; writing weights, metrics and figures")
     save_weights(

@@ -26,8 +26,8 @@ from typing import Any
 from selfcaps import __version__
 from selfcaps.cli.provenance import git_commit
 from selfcaps.cli.rundir import run_finished
-from selfcaps.methods import get_method
 from selfcaps.methods.atomic import atomic_write_text
+from selfcaps.records import get_record
 
 __all__ = ["BenchRow", "environment", "execute", "fmt_value", "png_figure_html", "run_command"]
 
@@ -46,21 +46,21 @@ class BenchRow:
 
     def values(self) -> dict[str, Any]:
         """The report's columns for this row (None where a value does not apply)."""
-        cls = get_method(self.method)
+        record = get_record(self.method)
         m = self.metrics
 
         def key(name: str) -> Any:
-            k = cls.bench_keys.get(name)
+            k = record.bench_keys.get(name)
             return m.get(k) if k else None
 
         wall = self.wall_time_s if self.wall_time_s is not None else m.get("bench_wall_time_s")
         return {
             "dataset": self.dataset,
             "method": self.method,
-            "protocol": cls.bench_protocol,
+            "protocol": record.bench_protocol,
             "top1": key("top1"),
             "top5": key("top5"),
-            "paper_top1": cls.paper_results.get(self.dataset),
+            "paper_top1": record.paper_results.get(self.dataset),
             "pixels_top1": key("pixels"),
             "random_init_top1": key("random_init"),
             "params": m.get("params"),
@@ -69,7 +69,7 @@ class BenchRow:
             "wall_time_min": round(wall / 60, 1) if wall is not None else None,
             "status": self.status,
             "notes": "; ".join(
-                [f"{label} {fmt_value(m[k])}" for label, k in cls.bench_notes.items() if k in m]
+                [f"{label} {fmt_value(m[k])}" for label, k in record.bench_notes.items() if k in m]
                 + _stop_note(m)
             ),
             "git_commit": m.get("git_commit"),

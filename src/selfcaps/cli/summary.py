@@ -8,6 +8,7 @@ trained, and the paths of the full metrics and the figures.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ def format_summary(
     metrics: dict[str, Any],
     out: Path,
     protocol: str,
-    keys: dict[str, str | None],
-    notes: dict[str, str],
+    keys: Mapping[str, str | None],
+    notes: Mapping[str, str],
 ) -> str:
     """The end-of-run summary.
 

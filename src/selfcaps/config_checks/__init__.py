@@ -3,7 +3,8 @@
 ``selfcaps run`` checks a configuration before it creates the run directory and
 before it imports torch and Lightning (several seconds), so a bad value is
 refused at once. :mod:`.shared` checks the keys every method has; each method
-with keys of its own has a module here whose ``check(cfg)`` raises
+with keys of its own names in its record (``MethodRecord.config_check``) a
+function ``check(cfg)`` (for the shipped methods, in a module here) that raises
 :class:`ValueError` naming the key, the value and what is expected, and the
 method class's ``validate_config`` calls the same function. The option tuples
 these checks accept (e.g. SparseCaps' variants) are defined here and imported by
@@ -12,26 +13,25 @@ the modules that use them, so the two cannot drift apart.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from selfcaps.config_checks import shared
+from selfcaps.records import get_record, load_object
 
 __all__ = ["check_config", "check_method_config"]
-
-#: Methods with keys of their own; the others have only the shared keys.
-_MODULES = ("encapnet", "mcae", "poe", "sparsecaps")
 
 
 def check_method_config(method: str, cfg: Any) -> None:
     """Check the method-specific keys of a configuration (torch is not imported).
 
     Args:
-        method: A method name (``coca``, ``encapnet``, ``mcae``, ``poe``, ``sparsecaps``).
+        method: A method name (``coca``, ``encapnet``, ``mcae``, ``poe``, ``sparsecaps``, or a
+            plugin's).
         cfg: The merged configuration (an OmegaConf ``DictConfig``).
 
     Raises:
-        ValueError: A key has a value the method refuses; the message names the key.
+        ValueError: A key has a value the method refuses (the message names the key), or an
+            unknown method.
 
     Examples:
         >>> from omegaconf import OmegaConf
@@ -41,8 +41,9 @@ def check_method_config(method: str, cfg: Any) -> None:
         ...
         ValueError: model.mask_ratio: expected a fraction in (0, 1), got 1.5
     """
-    if method in _MODULES:
-        importlib.import_module(f"{__name__}.{method}").check(cfg)
+    spec = get_record(method).config_check
+    if spec is not None:
+        load_object(spec)(cfg)
 
 
 def check_config(method: str, cfg: Any) -> None:

@@ -20,6 +20,7 @@ Brightness and contrast jitter (0.4 each, with ``cj_prob``) are kept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -32,6 +33,7 @@ __all__ = [
     "EvalTransform",
     "MultiViewTransform",
     "Normalization",
+    "PerImageStandardize",
     "SimCLRTransform",
     "default_transforms",
 ]
@@ -242,3 +244,24 @@ def default_transforms(dataset_name: str, input_size: int | None = None) -> Data
     train = SimCLRTransform(input_size=size, normalize=normalize, channels=info.channels)
     evaluate = EvalTransform(info.mean, info.std, size=None if size == native else size)
     return DatasetTransforms(train, evaluate)
+
+
+class PerImageStandardize:
+    """Standardise each image to zero mean and unit variance (smallNORB, paper section 4.2).
+
+    As ``tf.image.per_image_standardization``: the standard deviation is floored
+    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero.
+
+    Examples:
+        >>> x = PerImageStandardize()(torch.arange(4.0).view(1, 2, 2))
+        >>> round(float(x.mean()), 6), round(float(x.std(unbiased=False)), 6)
+        (0.0, 1.0)
+    """
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """The standardised image."""
+        std = x.std(unbiased=False).clamp_min(1.0 / math.sqrt(x.numel()))
+        return (x - x.mean()) / std
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -2,53 +2,47 @@
 
 The method modules import torch and Lightning; this package imports them only
 when a method class is asked for (:func:`get_method`, ``CapsuleMethod``), so that
-listing the methods and checking a name costs nothing.
+listing the methods and checking a name costs nothing: both read the methods'
+records (:mod:`selfcaps.records`), which name each class as ``"module:Class"``.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from selfcaps.methods.flags import CliFlag
+from selfcaps.records import get_record, list_records, load_object
 
 if TYPE_CHECKING:
     from selfcaps.methods.base import CapsuleMethod, NonFiniteError
 
-__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "get_method", "list_methods"]
-
-#: Method name -> (module, class). ``get_method(name).name == name`` is checked by a test.
-_METHODS: dict[str, tuple[str, str]] = {
-    "coca": ("selfcaps.methods.coca", "CoCa"),
-    "encapnet": ("selfcaps.methods.encapnet", "EncapNetMethod"),
-    "mcae": ("selfcaps.methods.mcae", "MCAE"),
-    "poe": ("selfcaps.methods.poe", "PoE"),
-    "sparsecaps": ("selfcaps.methods.sparsecaps", "SparseCaps"),
-}
+__all__ = ["CapsuleMethod", "NonFiniteError", "get_method", "list_methods"]
 
 
 def list_methods() -> list[str]:
-    """Names of the implemented methods (without importing them).
+    """Names of the methods (from their records, without importing them).
 
     Examples:
         >>> list_methods()
         ['coca', 'encapnet', 'mcae', 'poe', 'sparsecaps']
     """
-    return sorted(_METHODS)
+    return [r.name for r in list_records()]
 
 
 def get_method(name: str) -> type[CapsuleMethod]:
-    """The method class registered under ``name`` (imports its module).
+    """The method class of the record ``name`` (imports its module).
 
     Raises:
-        ValueError: Unknown name (the message lists the valid ones and the closest match).
+        ValueError: Unknown name (the message lists the valid ones and the closest match),
+            or a record whose class has another ``name``.
     """
-    if name not in _METHODS:
-        from selfcaps._names import unknown_name_error
-
-        raise unknown_name_error("method", name, list(_METHODS))
-    module, cls = _METHODS[name]
-    return getattr(importlib.import_module(module), cls)
+    record = get_record(name)
+    cls = load_object(record.method)
+    if getattr(cls, "name", None) != name:
+        raise ValueError(
+            f"method record {name!r}: {record.method} has name {getattr(cls, 'name', None)!r}, "
+            f"expected {name!r}"
+        )
+    return cls
 
 
 def __getattr__(name: str) -> Any:

@@ -19,20 +19,19 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
-from selfcaps.methods.claims import Claim
 from selfcaps.methods.datamodule import mix_seed
-from selfcaps.methods.figures import Figure, ImageGrid
-from selfcaps.methods.flags import CliFlag
+from selfcaps.methods.figures import Figure
+from selfcaps.methods.retrieval import retrieval_figure
 from selfcaps.methods.schedules import cosine_schedule
+from selfcaps.records import MethodRecord, get_record
 
-__all__ = ["CapsuleMethod", "CliFlag", "NonFiniteError", "build_optimizer"]
+__all__ = ["CapsuleMethod", "NonFiniteError", "build_optimizer"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -102,25 +101,11 @@ class CapsuleMethod(L.LightningModule):
     #: Whether validation runs the online kNN monitor. ``False``: the validation loaders are
     #: ``[val]`` only (no feature bank) and the method logs its own ``monitor_metric``.
     knn_monitor: ClassVar[bool] = True
-    #: What ``selfcaps bench`` reports for this method: the protocol's name and the
-    #: metrics.json keys of top-1, top-5 and the pixel / random-init baselines (None: n/a).
-    bench_protocol: ClassVar[str] = "kNN"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "knn_top1_backbone",
-        "top5": "knn_top5_backbone",
-        "pixels": "knn_top1_pixels",
-        "random_init": "knn_top1_random_init",
-    }
-    #: Further metrics.json values ``selfcaps bench`` shows in its ``notes`` column, as
-    #: ``{label: key}``: what a reader needs to judge the top-1 (a second protocol, the
-    #: variant, a warning sign such as a collapsed generator).
-    bench_notes: ClassVar[dict[str, str]] = {"capsule kNN": "knn_top1_capsule"}
-    #: Datasets ``selfcaps bench`` runs this method on (of those requested).
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
-    #: The paper's headline top-1 per dataset, for the bench report.
-    paper_results: ClassVar[dict[str, float]] = {}
-    #: The paper's central claim as a paired comparison (``selfcaps bench --suite claims``).
-    claim: ClassVar[Claim | None] = None
+
+    @classmethod
+    def record(cls) -> MethodRecord:
+        """The method's record (:mod:`selfcaps.records`): flags, presets, bench keys, claim."""
+        return get_record(cls.name)
 
     def __init__(self, cfg: dict | DictConfig) -> None:
         super().__init__()
@@ -393,52 +378,7 @@ class CapsuleMethod(L.LightningModule):
     # ------------------------------------------------------------------- figures
     def figures(self, dm: Any) -> dict[str, Figure]:
         """Figures of a finished run, by file stem (rendered by ``selfcaps.viz``)."""
-        return {"retrieval": self.retrieval_figure(dm)}
-
-    @torch.no_grad()
-    def retrieval_figure(
-        self, dm: Any, queries: int = 8, k: int = 8, bank: int = 5000
-    ) -> ImageGrid:
-        """Test images (first column) and their ``k`` nearest training images (monitor feature)."""
-        _, eval_tf = self.build_transforms()
-        test, train = dm.split("test"), dm.split("train")
-        q_idx = torch.linspace(0, len(test) - 1, queries).long().tolist()
-        b_idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[
-            :bank
-        ].tolist()
-
-        def load(ds: Any, idx: list[int]) -> tuple[Tensor, Tensor]:
-            raw = torch.stack([ds[i][0] for i in idx])
-            feats = [
-                self.monitor_features(
-                    torch.stack([eval_tf(r) for r in raw[j : j + 256]]).to(self.device)
-                )
-                .float()
-                .cpu()
-                for j in range(0, len(raw), 256)
-            ]
-            return raw.float() / 255.0, torch.cat(feats)
-
-        was_training = self.training
-        self.eval()
-        try:
-            q_img, q_f = load(test, q_idx)
-            b_img, b_f = load(train, b_idx)
-        finally:
-            self.train(was_training)
-        sim = F.normalize(q_f, dim=1) @ F.normalize(b_f, dim=1).t()
-        nn_idx = sim.topk(min(k, len(b_idx)), dim=1).indices
-        rows = [torch.cat([q_img[i : i + 1], b_img[nn_idx[i]]]) for i in range(len(q_idx))]
-        k = nn_idx.shape[1]
-        return ImageGrid(
-            torch.cat(rows),
-            nrow=k + 1,
-            title=f"test images (framed) and their {k} nearest training images "
-            f"({self.monitor_feature} feature)",
-            col_labels=["query", *(str(j + 1) for j in range(k))],
-            xlabel="nearest training images, most similar first",
-            highlight_col=0,
-        )
+        return {"retrieval": retrieval_figure(self, dm)}
 
     # --------------------------------------------------------- checkpointed state
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

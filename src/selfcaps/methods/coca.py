@@ -38,7 +38,6 @@ from torch import Tensor, nn
 from selfcaps.data import BatchSimCLRTransform, EvalTransform, SimCLRTransform
 from selfcaps.losses import NTXentLoss
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.evaluation import knn_metrics
 from selfcaps.models import create_model
@@ -56,29 +55,6 @@ class CoCa(CapsuleMethod):
 
     name: ClassVar[str] = "coca"
     monitor_feature: ClassVar[str] = "backbone"
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist", "cifar10")
-    paper_results: ClassVar[dict[str, float]] = {"cifar10": 70.50}  # kNN top-1, backbone
-    claim: ClassVar[Claim | None] = Claim(
-        statement="contrastive capsule pretraining learns features",
-        source="Panwar et al. 2022, Table II: weighted kNN top-1 70.50% on CIFAR-10 after 500 "
-        "epochs (backbone feature, as the reference code evaluates); the paper gives no "
-        "untrained or pixel baseline, so both controls come from the same run",
-        dataset="mnist5k",
-        paper_dataset="cifar10",
-        comparisons=(
-            Comparison(
-                Arm("trained", "knn_top1_backbone"),
-                Arm("untrained", "knn_top1_random_init"),
-                paper=(70.50, None),
-            ),
-            Comparison(
-                Arm("trained", "knn_top1_backbone"),
-                Arm("pixels", "knn_top1_pixels"),
-                paper=(70.50, None),
-            ),
-        ),
-        long=Rung("cifar10", "quick_cifar10", (), "6 epochs of CIFAR-10 (4,218 steps of 64)"),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

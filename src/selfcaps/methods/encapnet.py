@@ -51,7 +51,6 @@ from selfcaps.config_checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod", "gradient_probe"]
@@ -109,41 +108,6 @@ class EncapNetMethod(CapsuleMethod):
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_top1", "max")
     knn_monitor: ClassVar[bool] = False
-    bench_protocol: ClassVar[str] = "supervised (test top-1)"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "test_top1",
-        "top5": "test_top5",
-        "pixels": None,
-        "random_init": None,
-    }
-    bench_notes: ClassVar[dict[str, str]] = {"variant": "variant", "OT": "ot"}
-    bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "cifar100", "svhn")
-    #: Li et al. 2018, Table 4, row "EncapNet+" (100 - error): "+ means mild augmentation while
-    #: ++ stands for strong augmentation", so the row without a mark (4.55, 26.77, 2.01) is
-    #: without augmentation, and our training recipe (pad-and-crop, flips) is the mild one.
-    paper_results: ClassVar[dict[str, float]] = {"cifar10": 96.87, "cifar100": 75.99, "svhn": 98.36}
-    claim: ClassVar[Claim | None] = Claim(
-        statement="the feedback unit and the aide branch lower the error",
-        source="Li et al. 2018, Table 3 and section 5.1: master alone 9.83% error, "
-        "master/aide v3 7.41%; with skip connections 5.82%, with the OT unit 4.55% "
-        "(shown here as top-1 = 100 - error)",
-        dataset="cifar10",
-        paper_dataset="cifar10",
-        comparisons=(
-            Comparison(
-                Arm("OT on", "test_top1", ("--variant", "master_aide", "--ot", "on")),
-                Arm("OT off", "test_top1", ("--variant", "master_aide", "--ot", "off")),
-                paper=(95.45, 94.18),
-            ),
-            Comparison(
-                Arm("master/aide", "test_top1", ("--variant", "master_aide", "--ot", "off")),
-                Arm("master", "test_top1", ("--variant", "master", "--ot", "off")),
-                paper=(92.59, 90.17),
-            ),
-        ),
-        args=("--epochs", "1"),  # 3 arms x seeds: one epoch (351 steps) each fits the suite
-        long=Rung("cifar10", "quick", (), "3 epochs (1,053 steps of 128)"),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)

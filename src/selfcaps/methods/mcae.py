@@ -6,7 +6,8 @@ network is :class:`selfcaps.models.mcae.MCAENet`.
 Phase 1, pretraining (the engine's Lightning fit, ``trainer.epochs`` epochs,
 ``--pretrain-epochs``): a random ``model.mask_ratio`` of the patch positions is
 removed, the capsule decoder predicts every patch, and the loss is the MSE on the
-masked patches against their pixel values (paper eq. 4, ``model.target``;
+masked patches against their pixel values (paper eq. 4,
+:func:`~selfcaps.losses.masked_patch_mse`, ``model.target``;
 ``loss.masked_only=false`` gives the all-patches ablation of Table 3).
 ``best.ckpt`` is the epoch with the lowest ``val_mse``: the masked-patch MSE on the
 validation split (carved from train) with masks fixed per batch, so epochs are
@@ -39,7 +40,6 @@ Imagewoof) random resized crops to ``augment.image_size`` plus colour jitter.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +47,6 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
@@ -57,68 +56,23 @@ from selfcaps.config_checks.labels import label_suffix
 from selfcaps.config_checks.mcae import check as check_mcae_config
 from selfcaps.data import EvalTransform
 from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
+from selfcaps.data.transforms import PerImageStandardize
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
+from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
+from selfcaps.methods.csv_logs import RunCSVLogger
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
-from selfcaps.methods.engine import RunCSVLogger
-from selfcaps.methods.figures import Figure, ImageGrid
+from selfcaps.methods.figures import Figure
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
+from selfcaps.methods.mcae_figures import reconstruction_figure
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
-from selfcaps.models.mcae import MaskedReconstruction, MCAENet
+from selfcaps.models.mcae import MCAENet
 
-__all__ = ["MCAE", "PerImageStandardize", "class_nll", "masked_patch_mse"]
+__all__ = ["MCAE"]
 
 _VAL_MASK_SALT = 0x3A5C
-
-
-def masked_patch_mse(out: MaskedReconstruction, masked_only: bool = True) -> Tensor:
-    r"""Mean squared error per pixel over the masked patches (paper eq. 4), or all patches.
-
-    .. math::
-        \mathcal L = \frac{1}{|M|\,P} \sum_{(b,l) \in M} \lVert \hat x_{b,l} - x_{b,l} \rVert^2
-
-    with ``M`` the masked positions of the batch (every position when
-    ``masked_only`` is False: the ablation of the paper's Table 3) and ``P``
-    pixels per patch. Visible patches then take no part in the loss: neither
-    their predictions nor their pixels receive a gradient from it.
-
-    Args:
-        out: Predictions, targets and mask from :meth:`MCAENet.forward_pretrain`.
-        masked_only: Average over the masked patches only.
-    """
-    err = (out.pred - out.target).pow(2).mean(dim=-1)  # (B, L)
-    if not masked_only:
-        return err.mean()
-    return err[out.mask].sum() / out.mask.sum().clamp_min(1)
-
-
-def class_nll(probs: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
-    """Cross-entropy of class probabilities ``(B, K)``: ``mean_b -log(probs[b, y_b])``."""
-    return F.nll_loss(torch.log(probs.clamp_min(eps)), target)
-
-
-class PerImageStandardize:
-    """Standardise each image to zero mean and unit variance (smallNORB, paper section 4.2).
-
-    As ``tf.image.per_image_standardization``: the standard deviation is floored
-    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero.
-
-    Examples:
-        >>> x = PerImageStandardize()(torch.arange(4.0).view(1, 2, 2))
-        >>> round(float(x.mean()), 6), round(float(x.std(unbiased=False)), 6)
-        (0.0, 1.0)
-    """
-
-    def __call__(self, x: Tensor) -> Tensor:
-        """The standardised image."""
-        std = x.std(unbiased=False).clamp_min(1.0 / math.sqrt(x.numel()))
-        return (x - x.mean()) / std
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 def finetune_param_groups(net: MCAENet, lr: float, scale: float) -> list[dict[str, Any]]:
@@ -160,48 +114,6 @@ class MCAE(CapsuleMethod):
     monitor_feature: ClassVar[str] = "capsule"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_mse", "min")
     knn_monitor: ClassVar[bool] = False
-    bench_protocol: ClassVar[str] = "finetune (class capsules)"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "finetune_top1",
-        "top5": "finetune_top5",
-        "pixels": None,
-        "random_init": None,
-    }
-    bench_notes: ClassVar[dict[str, str]] = {
-        "pretraining epochs": "pretrain_epochs",
-        "finetuning epochs": "finetune_epochs",
-    }
-    bench_datasets: ClassVar[tuple[str, ...]] = ("cifar10", "fashion_mnist", "cifar100")
-    #: Everett et al., Table 1 (ConvMixer, 50 + 350 epochs).
-    paper_results: ClassVar[dict[str, float]] = {
-        "mnist": 99.6,
-        "fashion_mnist": 95.0,
-        "cifar10": 92.8,
-        "smallnorb": 95.0,
-    }
-    claim: ClassVar[Claim | None] = Claim(
-        statement="masked capsule pretraining improves the finetuned classifier",
-        source="Everett et al. 2025, section 4.3.1 and Table 1 (pretrained 92.8% on CIFAR-10; "
-        "the no-pretraining column of Table 1 is lost from our copy of the paper) and "
-        "Figure 6; both arms get the same finetuning, the control with no pretraining epochs",
-        dataset="cifar10",
-        paper_dataset="cifar10",
-        comparisons=(
-            Comparison(
-                Arm("pretrained", "finetune_top1"),
-                Arm("scratch", "finetune_top1", ("--pretrain-epochs", "0")),
-                paper=(92.8, None),
-            ),
-        ),
-        long=Rung(
-            "cifar10",
-            "cifar10_lf10",
-            (),
-            "20 pretraining epochs on 45,000 images, then 80 finetuning epochs on 10% of the "
-            "labels; each seed pretrains its own network",
-            metric_suffix="_lf10",
-        ),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
@@ -508,50 +420,7 @@ class MCAE(CapsuleMethod):
     # ------------------------------------------------------------------ figures
     def figures(self, dm: Any) -> dict[str, Figure]:
         """Nearest-neighbour retrieval and ``reconstruction`` (masked input / output / original)."""
-        return {**super().figures(dm), "reconstruction": self.reconstruction_figure(dm)}
-
-    @torch.no_grad()
-    def reconstruction_figure(self, dm: Any, n: int = 8) -> ImageGrid:
-        """Validation images: masked input, reconstruction (visible patches pasted), original."""
-        _, eval_tf = self.build_transforms()
-        val = dm.split("val")
-        idx = torch.linspace(0, len(val) - 1, min(n, len(val))).long().tolist()
-        x = torch.stack([eval_tf(val[i][0]) for i in idx]).to(self.device)
-        was = self.training
-        self.eval()
-        try:
-            g = torch.Generator(device=x.device).manual_seed(mix_seed(self.cfg.seed, 0xF16))
-            masked, recon = self.mcae.reconstruct(self.mcae.forward_pretrain(x, generator=g))
-        finally:
-            self.train(was)
-        # Reconstructions are in the target's space: the input's (normalised, or smallNORB's
-        # standardised) or pixel values.
-        smallnorb = str(self.cfg.data.name).startswith("smallnorb")
-        input_space = self.mcae.target == "normalized" or smallnorb
-        rows = [self._displayable(t, x, input_space) for t in (masked, recon)]
-        rows.append(self._displayable(x, x, True))
-        return ImageGrid(
-            torch.cat(rows).cpu(),
-            nrow=len(idx),
-            title=f"MCAE, {self.cfg.model.mask_ratio:.0%} of patches masked (validation images)",
-            row_labels=["masked input", "reconstruction", "original"],
-        )
-
-    def _displayable(self, t: Tensor, original: Tensor, normalized: bool) -> Tensor:
-        """Images in ``[0, 1]``: undo the input's normalisation, or clamp pixel values.
-
-        With ``normalized`` the normalisation is undone (smallNORB: mapped to the
-        original's range); otherwise ``t`` holds pixel values and is clamped.
-        """
-        if not normalized:
-            return t.clamp(0, 1)
-        if str(self.cfg.data.name).startswith("smallnorb"):
-            lo = original.amin(dim=(1, 2, 3), keepdim=True)
-            hi = original.amax(dim=(1, 2, 3), keepdim=True)
-            return ((t - lo) / (hi - lo).clamp_min(1e-8)).clamp(0, 1)
-        mean = torch.tensor(self.info.mean, device=t.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.info.std, device=t.device).view(1, -1, 1, 1)
-        return (t * std + mean).clamp(0, 1)
+        return {**super().figures(dm), "reconstruction": reconstruction_figure(self, dm)}
 
 
 def _input_size(cfg: Any) -> int | None:

@@ -46,8 +46,9 @@ was produced. ``svm_<protocol>_masked`` reads eq. 4's ``v' = m v``, the reading 
 section 2.3.1 ("v' (equation 4) replaces v as the output of the latent capsules layer
 used for classification and reconstruction"); for ``dense`` the mask of eq. 3 is
 applied after the fact, for ``supervised`` the longest capsule is kept.
-:func:`svm_metric` also reads ``metrics.json`` files written before this layout
-(``svm_<protocol>_unmasked`` and a headline chosen by ``eval.feature``). affNIST is
+:func:`~selfcaps.methods.sparsecaps_svm.svm_metric` also reads ``metrics.json`` files
+written before this layout (``svm_<protocol>_unmasked`` and a headline chosen by
+``eval.feature``). affNIST is
 the official test split under ``<root>/affNIST`` when present, else
 ``affnist_like`` (32 random transformations of each MNIST test digit in affNIST's
 ranges, :mod:`selfcaps.data.affine`); ``affnist_source`` says which.
@@ -63,7 +64,6 @@ import warnings
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -76,82 +76,17 @@ from selfcaps.data.affine import place_in_canvas
 from selfcaps.data.affnist import AffNISTLikeDataset
 from selfcaps.data.dataset import ImageDataset
 from selfcaps.data.shift_grid import ShiftGridDataset
-from selfcaps.eval import svm_probe
-from selfcaps.losses import MarginLoss
-from selfcaps.methods.affnist_halves import affnist_halves
+from selfcaps.losses import MarginLoss, reconstruction_loss
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.claims import Arm, Claim, Comparison, Rung
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
-from selfcaps.methods.figures import Figure, ImageGrid, LinePlot
+from selfcaps.methods.figures import Figure
+from selfcaps.methods.sparsecaps_figures import RoutingStatistics, sparsecaps_figures
+from selfcaps.methods.sparsecaps_svm import svm_evaluation
 from selfcaps.models import create_model
 from selfcaps.models.sparsecaps import SparseCapsNet, winner_frequency
 
-__all__ = [
-    "CanvasTransform",
-    "SparseCaps",
-    "equivariance_sweep",
-    "rank_frequency",
-    "ranked_support",
-    "reconstruction_loss",
-    "svm_key",
-    "svm_metric",
-]
-
-PROTOCOLS = ("mnist", "affnist_a", "affnist_b")
-
-
-def svm_key(protocol: str, kind: str) -> str:
-    """The ``metrics.json`` key of an SVM accuracy: ``v`` is the headline, the others suffixed.
-
-    Args:
-        protocol: ``mnist``, ``affnist_a`` or ``affnist_b``.
-        kind: ``unmasked`` (v, section 2.3 and the reference classifier), ``masked``
-            (v' = m v, eq. 4) or ``pixels``.
-
-    Examples:
-        >>> svm_key("affnist_a", "unmasked"), svm_key("affnist_a", "masked")
-        ('svm_affnist_a', 'svm_affnist_a_masked')
-    """
-    return f"svm_{protocol}" if kind == "unmasked" else f"svm_{protocol}_{kind}"
-
-
-def svm_metric(metrics: dict[str, Any], protocol: str, kind: str) -> float | None:
-    """An SVM accuracy of a run's ``metrics.json``, in this layout or the one before it.
-
-    Runs written before the headline read ``v`` hold ``svm_<protocol>_unmasked`` and
-    ``svm_<protocol>_masked``, with ``svm_<protocol>`` set by ``eval.feature`` (``v'``
-    for ``sparse`` by default): the suffixed keys are read first, so both layouts give
-    the feature asked for.
-
-    Args:
-        metrics: The parsed ``metrics.json``.
-        protocol: See :func:`svm_key`.
-        kind: See :func:`svm_key`.
-
-    Returns:
-        The accuracy in percent, or None if the run did not compute it.
-
-    Examples:
-        >>> old = {"svm_mnist": 90.0, "svm_mnist_masked": 90.0, "svm_mnist_unmasked": 94.0}
-        >>> new = {"svm_mnist": 94.0, "svm_mnist_masked": 90.0}
-        >>> svm_metric(old, "mnist", "unmasked"), svm_metric(new, "mnist", "unmasked")
-        (94.0, 94.0)
-    """
-    for key in (f"svm_{protocol}_{kind}", svm_key(protocol, kind)):
-        if metrics.get(key) is not None:
-            return float(metrics[key])
-    return None
-
-
-def reconstruction_loss(recon: Tensor, target: Tensor) -> Tensor:
-    """Sum of squared pixel errors per image, averaged over the batch (the paper's loss).
-
-    Examples:
-        >>> reconstruction_loss(torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
-        tensor(4.)
-    """
-    return (recon - target).pow(2).flatten(1).sum(1).mean()
+__all__ = ["CanvasTransform", "SparseCaps"]
 
 
 class CanvasTransform:
@@ -187,11 +122,6 @@ class CanvasTransform:
         return f"{type(self).__name__}(canvas={self.canvas}, max_shift={self.max_shift})"
 
 
-def _length_accuracy(lengths: Tensor, labels: Tensor) -> float:
-    """Accuracy (percent) of CapsNet's prediction, the longest digit capsule."""
-    return 100.0 * float((lengths.argmax(1) == labels).float().mean())
-
-
 class SparseCaps(CapsuleMethod):
     """Sparse unsupervised capsules (see the module docstring).
 
@@ -203,45 +133,11 @@ class SparseCaps(CapsuleMethod):
     name: ClassVar[str] = "sparsecaps"
     monitor_feature: ClassVar[str] = "unmasked"
     monitor_metric: ClassVar[tuple[str, str]] = ("val_loss", "min")
-    bench_protocol: ClassVar[str] = "SVM (RBF) on latent capsules"
-    bench_keys: ClassVar[dict[str, str | None]] = {
-        "top1": "svm_mnist",
-        "top5": None,
-        "pixels": "svm_mnist_pixels",
-        "random_init": None,
-    }
-    bench_notes: ClassVar[dict[str, str]] = {
-        "variant": "variant",
-        "affNIST a": "svm_affnist_a",
-        "affNIST b": "svm_affnist_b",
-        "affNIST data": "affnist_source",
-    }
-    bench_datasets: ClassVar[tuple[str, ...]] = ("mnist5k", "mnist")
-    claim: ClassVar[Claim | None] = Claim(
-        statement="sparse capsules generalise better to affine transformations than dense",
-        source="Rawlinson et al. 2018, Table 1: RBF SVM fit and tested on disjoint affNIST "
-        "codes (protocol a), 90.12% sparse vs 60.63% unmasked, trained on MNIST only; the SVM "
-        "reads the unmasked latent capsules v (section 2.3; the reference classifier); here "
-        "affNIST is the affnist_like stand-in unless the official files are present",
-        dataset="mnist5k",
-        paper_dataset="mnist",
-        comparisons=(
-            Comparison(
-                Arm("sparse", "svm_affnist_a", ("--variant", "sparse")),
-                Arm("dense", "svm_affnist_a", ("--variant", "dense")),
-                paper=(90.12, 60.63),
-            ),
-        ),
-        args=("--epochs", "5"),  # 560 steps a run (quick_mnist5k: 15): 6 runs fit the suite
-        long=Rung("mnist", "quick_long", (), "3 epochs of full MNIST (5,061 steps of 32)"),
-    )
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
         loss = self.cfg.loss
         self.margin = MarginLoss(loss.m_pos, loss.m_neg, loss.lambda_)
-        self._test_stats: tuple[Tensor, Tensor, Tensor] | None = None
-        self._affnist_ranks: Tensor | None = None
 
     # ------------------------------------------------------------------ network
     @property
@@ -400,7 +296,7 @@ class SparseCaps(CapsuleMethod):
         return {k: out[k] for k in FEATURE_KINDS}
 
     # ---------------------------------------------------------------- evaluation
-    def _encode(
+    def encode(
         self, ds: Dataset, kinds: list[str], indices: list[int] | None = None
     ) -> tuple[dict[str, Tensor], Tensor]:
         """Outputs ``kinds`` of :meth:`_outputs` over a dataset (or some of its items)."""
@@ -417,7 +313,7 @@ class SparseCaps(CapsuleMethod):
         )
         return collect_features(self, loader, self._outputs, kinds)
 
-    def _affnist(self, dm: Any) -> tuple[Dataset, str]:
+    def affnist_test(self, dm: Any) -> tuple[Dataset, str]:
         """The affNIST test images: official files if present (``auto``), else generated."""
         choice, root = str(self.cfg.eval.affnist), self.cfg.data.root
         source = getattr(dm, "root_source", None)
@@ -433,10 +329,10 @@ class SparseCaps(CapsuleMethod):
                     "transformations of each MNIST test digit in affNIST's ranges) instead",
                     stacklevel=2,
                 )
-        ds = self._affnist_like(dm)
+        ds = self.affnist_like(dm)
         return ds, f"affnist_like ({ds.versions} versions of each {ds.source} digit)"
 
-    def _affnist_like(self, dm: Any, split: str = "test") -> AffNISTLikeDataset:
+    def affnist_like(self, dm: Any, split: str = "test") -> AffNISTLikeDataset:
         """The generated affNIST split: versions of the MNIST ``test`` or ``train`` digits."""
         ds = get_dataset(
             "affnist_like",
@@ -447,7 +343,7 @@ class SparseCaps(CapsuleMethod):
         assert isinstance(ds, AffNISTLikeDataset)
         return ds
 
-    def _subset(self, n_total: int, n: int | None, salt: int) -> list[int]:
+    def seeded_subset(self, n_total: int, n: int | None, salt: int) -> list[int]:
         """A seeded random choice of ``n`` indices (sorted), all of them if ``n`` is None."""
         if n is None or n >= n_total:
             return list(range(n_total))
@@ -456,114 +352,43 @@ class SparseCaps(CapsuleMethod):
 
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """SVM protocols on MNIST and affNIST, per feature kind, plus routing statistics."""
-        e = self.cfg.eval
-        kinds = list(FEATURE_KINDS) + (["pixels"] if e.baselines else [])
-        stats = ["support", "ranks", "mask", "lengths"]
-        max_train = int(e.svm_max_train) if e.svm_max_train else None
-        train = dm.split("train")
-        train_idx = self._subset(len(train), max_train, 0x5F17)
-        tr, tr_y = self._encode(train, kinds, train_idx)
-        test = dm.split("test")
-        max_test = int(e.svm_max_test) if e.get("svm_max_test") else None
-        test_idx = self._subset(len(test), max_test, 0x7E57)
-        te, te_y = self._encode(test, kinds + stats, test_idx)
-        self._test_stats = (te["support"], te["ranks"].long(), te["mask"])
-        feats = {"mnist": ((tr, tr_y), (te, te_y))}
-        metrics: dict[str, float | int | str] = {
-            "variant": self.variant,
-            "svm_c": float(e.svm_c),
-            "svm_gamma": float(e.svm_gamma),
-            "svm_train_mnist": len(train_idx),
-            "svm_test_mnist": len(test_idx),
-        }
-        if e.affnist != "none":
-            aff, metrics["affnist_source"] = self._affnist(dm)
-            mode = str(e.get("affnist_halves", "permutation"))
-            aff_train = self._affnist_like(dm, "train") if mode == "train_digits" else None
-            halves = affnist_halves(
-                len(aff),  # type: ignore[arg-type]
-                int(e.affnist_fit),
-                int(e.affnist_test),
-                mode,
-                max_train,
-                versions=getattr(aff, "versions", 1),
-                n_train=len(aff_train) if aff_train is not None else None,
-            )
-            af_te, af_te_y = self._encode(aff, [*kinds, "lengths", "ranks"], halves.test)
-            self._affnist_ranks = af_te["ranks"].long()
-            fit_ds = aff_train if aff_train is not None else aff
-            af_fit, af_fit_y = self._encode(fit_ds, kinds, halves.fit)
-            feats["affnist_a"] = ((af_fit, af_fit_y), (af_te, af_te_y))
-            feats["affnist_b"] = ((tr, tr_y), (af_te, af_te_y))
-            metrics.update(
-                affnist_fit_images=len(halves.fit),
-                affnist_test_images=len(halves.test),
-                affnist_halves=mode,
-            )
-            if self.variant == "supervised":
-                metrics["capsnet_acc_affnist"] = _length_accuracy(af_te["lengths"], af_te_y)
-        else:
-            metrics["affnist_source"] = "none (eval.affnist=none)"
-        for protocol, ((fit, fit_y), (test, test_y)) in feats.items():
-            for kind in kinds:
-                gamma = "scale" if kind == "pixels" else float(e.svm_gamma)
-                res = svm_probe(fit[kind], fit_y, test[kind], test_y, C=float(e.svm_c), gamma=gamma)
-                metrics[svm_key(protocol, kind)] = float(res["top1"])
-        metrics.update(self._routing_metrics(*self._test_stats))
-        if self.variant == "supervised":
-            metrics["capsnet_acc_mnist"] = _length_accuracy(te["lengths"], te_y)
-        return metrics
+        return svm_evaluation(self, dm)
 
-    def _routing_metrics(self, support: Tensor, ranks: Tensor, mask: Tensor) -> dict[str, float]:
-        """Summary numbers of the routing statistics over the MNIST test split."""
-        share = support / support.sum(1, keepdim=True).clamp_min(1e-12)
-        wins = winner_frequency(ranks)
-        boost = self.sparse_net.boosting.boost
-        return {
-            "support_top1_share": 100.0 * float(share.max(1).values.mean()),
-            "winning_capsules": int((wins >= 0.01).sum()),
-            "mask_nonzero": float((mask > 0).float().sum(1).mean()),
-            "boost_max": float(boost.max()),
-            "boost_min": float(boost.min()),
-        }
+    def routing_statistics(self, dm: Any) -> RoutingStatistics:
+        """What Figs. 3 and 4 show, whether or not the final evaluation ran.
+
+        Fig. 3: the routing support of ``eval.figure_images`` MNIST test images (a seeded
+        choice). Fig. 4: the ranks of as many affNIST test images (the paper's Fig. 4:
+        "over 10,000 affNIST test images"; the source :meth:`affnist_test` picks), or of
+        the same MNIST test images with ``eval.affnist=none``.
+        """
+        n = int(self.cfg.eval.figure_images)
+        test = dm.split("test")
+        out, _ = self.encode(test, ["support", "ranks"], self.seeded_subset(len(test), n, 0xF16))
+        ranks, where = out["ranks"].long(), "MNIST test images"
+        if self.cfg.eval.affnist != "none":
+            aff, _ = self.affnist_test(dm)
+            idx = self.seeded_subset(len(aff), n, 0xF17)  # type: ignore[arg-type]
+            ranks, where = (
+                self.encode(aff, ["ranks"], idx)[0]["ranks"].long(),
+                "affNIST test images",
+            )
+        return RoutingStatistics(out["support"], ranks, where)
 
     # ------------------------------------------------------------------- figures
     def figures(self, dm: Any) -> dict[str, Figure]:
-        """Paper Figs. 2-5 (reconstructions, routing support, rank frequency, equivariance).
+        """Paper Figs. 2-5 (:func:`~selfcaps.methods.sparsecaps_figures.sparsecaps_figures`).
 
-        Fig. 3 uses the MNIST test split; Fig. 4 the affNIST test images of
-        protocol (a) when they were evaluated (the paper's Fig. 4: "over 10,000
-        affNIST test images"), else the MNIST test split.
+        Figs. 3 and 4 read :meth:`routing_statistics`, so they are the same figures
+        after ``selfcaps run`` and ``selfcaps pretrain``.
         """
         was_training = self.training
         self.eval()
         try:
             with torch.no_grad():
-                if self._test_stats is None:
-                    test = dm.split("test")
-                    n = int(self.cfg.eval.figure_images)
-                    out, _ = self._encode(
-                        test, ["support", "ranks", "mask"], self._subset(len(test), n, 0xF16)
-                    )
-                    self._test_stats = (out["support"], out["ranks"].long(), out["mask"])
-                support, ranks, _ = self._test_stats
-                if self._affnist_ranks is not None:
-                    ranks, where = self._affnist_ranks, "affNIST test images"
-                else:
-                    where = "MNIST test images"
                 images, labels = self._figure_images(dm)
-                return {
-                    "fig2_reconstructions": self._fig_reconstructions(images),
-                    "fig3_routing_support": support_plot(
-                        {self.variant: ranked_support(support)}, support.shape[0]
-                    ),
-                    "fig4_rank_frequency": rank_frequency_plot(
-                        rank_frequency(ranks), f"{self.variant}, {ranks.shape[0]} {where}"
-                    ),
-                    "fig5_equivariance": equivariance_sweep(
-                        self.sparse_net, images[0], int(labels[0])
-                    ),
-                }
+                stats = self.routing_statistics(dm)
+                return sparsecaps_figures(self.sparse_net, images, labels, stats)
         finally:
             self.train(was_training)
 
@@ -575,129 +400,3 @@ class SparseCaps(CapsuleMethod):
         items = [test[i] for i in idx]
         x = torch.stack([eval_tf(img) for img, _ in items]).to(self.device)
         return x, torch.tensor([int(t) for _, t in items])
-
-    def _fig_reconstructions(self, x: Tensor) -> ImageGrid:
-        """Fig. 2: input, all capsules, each capsule alone; input, all, each left out."""
-        net = self.sparse_net
-        v, psi = net.encode(x)
-        mask = net.decoder_mask(v, net.rank(psi), None)
-        L = v.shape[1]
-        eye = torch.eye(L, device=v.device)
-        rows, labels = [], []
-        for k in range(x.shape[0]):
-            vk, mk = v[k], mask[k]
-            full = net.decode((vk * mk.unsqueeze(-1)).unsqueeze(0))
-            alone = net.decode(eye.unsqueeze(-1) * vk.unsqueeze(0))
-            out = net.decode((1 - eye).unsqueeze(-1) * (vk * mk.unsqueeze(-1)).unsqueeze(0))
-            for name, recon in (("alone", alone), ("leave-one-out", out)):
-                rows.append(torch.cat([x[k : k + 1], full, recon]))
-                labels.append(f"{k}: {name}")
-        return ImageGrid(
-            torch.cat(rows).cpu(),
-            nrow=L + 2,
-            title=(
-                f"{self.variant}: input | all capsules | capsule 0..{L - 1} alone (or left out)"
-            ),
-            row_labels=labels,
-        )
-
-
-def ranked_support(support: Tensor) -> Tensor:
-    r"""Paper Fig. 3: each image's routing support :math:`\psi` sorted, relative to its rank 0.
-
-    "We rank latent capsules by their aggregate routing coefficients
-    :math:`\psi_j` ... The ranked values are scaled by :math:`\psi_j` of the
-    capsule with rank 0", averaged over images. Unboosted support, so that a
-    sparse and a dense network are compared on the routing alone.
-
-    Args:
-        support: ``(N, L)`` routing support of ``N`` images.
-
-    Returns:
-        ``(L,)``: the mean over images of the ``r``-th largest support divided by the largest.
-
-    Examples:
-        >>> ranked_support(torch.tensor([[1.0, 4.0, 2.0], [3.0, 3.0, 3.0]]))
-        tensor([1.0000, 0.7500, 0.6250])
-    """
-    ranked = support.sort(dim=1, descending=True).values
-    return (ranked / ranked[:, :1].clamp_min(1e-12)).mean(0)
-
-
-def rank_frequency(ranks: Tensor) -> Tensor:
-    """Paper Fig. 4: how often each capsule achieves each rank.
-
-    Args:
-        ranks: ``(N, L)`` ranks (a permutation of ``0 .. L-1`` per image).
-
-    Returns:
-        ``(L, L)``: entry ``[j, r]`` is the fraction of images in which capsule ``j``
-        has rank ``r``; rows and columns sum to 1.
-
-    Examples:
-        >>> rank_frequency(torch.tensor([[0, 1], [0, 1], [1, 0]]))
-        tensor([[0.6667, 0.3333],
-                [0.3333, 0.6667]])
-    """
-    L = ranks.shape[1]
-    return F.one_hot(ranks.long(), L).float().mean(0)
-
-
-def support_plot(curves: dict[str, Tensor], images: int) -> LinePlot:
-    """Fig. 3 as a line plot: one :func:`ranked_support` curve per network, and uniform."""
-    L = next(iter(curves.values())).numel()
-    xs = [float(r) for r in range(L)]
-    series = {name: (xs, [float(v) for v in c]) for name, c in curves.items()}
-    series["all capsules equal"] = (xs, [1.0] * L)
-    return LinePlot(
-        series,
-        xlabel="rank of the latent capsule (0 = most routing support)",
-        ylabel="support / support of rank 0",
-        title=f"ranked routing support, mean over {images} test images (paper Fig. 3)",
-    )
-
-
-def rank_frequency_plot(freq: Tensor, what: str) -> LinePlot:
-    """Fig. 4 as a line plot: one line per capsule over the ranks (:func:`rank_frequency`)."""
-    L = freq.shape[0]
-    xs = [float(r) for r in range(L)]
-    return LinePlot(
-        {f"capsule {j}": (xs, [100.0 * float(f) for f in freq[j]]) for j in range(L)},
-        xlabel="rank (0 = most boosted support)",
-        ylabel="% of images with this rank",
-        title=f"rank frequency of each latent capsule ({what}; paper Fig. 4)",
-    )
-
-
-def equivariance_sweep(net: SparseCapsNet, x: Tensor, label: int) -> ImageGrid:
-    """Paper Fig. 5: each parameter of the most active capsule set to -1, -0.8, ..., 1.
-
-    The other capsules keep their values and the decoder's mask (eq. 3 for
-    ``sparse``, all ones for ``dense``); the most active capsule is the one of
-    rank 0 (the longest for ``supervised``) and is passed unmasked.
-
-    Args:
-        net: The network (eval mode).
-        x: One image ``(C, H, W)``.
-        label: Its class, for the title.
-    """
-    v, psi = net.encode(x.unsqueeze(0))
-    ranks = net.rank(psi)
-    lengths = caps_length(v)[0]
-    top = int(lengths.argmax() if net.variant == "supervised" else ranks[0].argmin())
-    mask = net.decoder_mask(v, ranks, None)
-    mask[:, top] = 1.0
-    values = torch.linspace(-1.0, 1.0, 11, device=v.device)
-    D = v.shape[2]
-    swept = (v * mask.unsqueeze(-1)).repeat(D * len(values), 1, 1)
-    for d in range(D):
-        swept[d * len(values) : (d + 1) * len(values), top, d] = values
-    return ImageGrid(
-        net.decode(swept).cpu(),
-        nrow=len(values),
-        title=(
-            f"{net.variant}: capsule {top} (most active) of a test '{label}', "
-            "one parameter per row set to -1.0 ... 1.0 in steps of 0.2"
-        ),
-        row_labels=[f"dim {d}" for d in range(D)],
-    )

@@ -1,10 +1,17 @@
-"""Networks, one file per method family, behind a timm-style registry."""
+"""Networks, one file per method family, behind a timm-style registry.
 
-from selfcaps.models import coca as _coca  # noqa: F401  (registers its models)
-from selfcaps.models import encapnet as _encapnet  # noqa: F401  (registers its models)
-from selfcaps.models import mcae as _mcae  # noqa: F401  (registers its models)
-from selfcaps.models import poe as _poe  # noqa: F401  (registers its models)
-from selfcaps.models import sparsecaps as _sparsecaps  # noqa: F401
-from selfcaps.models._registry import create_model, list_models, register_model
+Importing this package imports the module named by every method's record
+(``MethodRecord.model_module``), which registers its networks with
+:func:`register_model`; a plugin's networks are registered the same way.
+"""
+
+from selfcaps.models._registry import (
+    create_model,
+    import_model_modules,
+    list_models,
+    register_model,
+)
+
+import_model_modules()
 
 __all__ = ["create_model", "list_models", "register_model"]

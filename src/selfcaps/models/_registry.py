@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,9 +11,11 @@ from typing import Any, TypeVar
 from torch import nn
 
 from selfcaps._names import unknown_name_error
+from selfcaps.records import list_records
 
 __all__ = [
     "create_model",
+    "import_model_modules",
     "list_models",
     "register_alias",
     "register_model",
@@ -23,6 +26,21 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {}
 #: Former names that still build their model (``poe_capsnet`` -> ``poe``); not listed.
 _ALIASES: dict[str, str] = {}
 F = TypeVar("F", bound=Callable[..., nn.Module])
+#: Model modules of method records already imported (each once).
+_IMPORTED: set[str] = set()
+
+
+def import_model_modules() -> None:
+    """Import the model module of every method record (registers its networks), each once.
+
+    Called on ``import selfcaps.models`` and again by :func:`list_models` and
+    :func:`create_model`, so that a plugin found after :func:`selfcaps.records.refresh`
+    registers its networks too.
+    """
+    for record in list_records():
+        if record.model_module not in _IMPORTED:
+            _IMPORTED.add(record.model_module)  # before the import: it re-enters this package
+            importlib.import_module(record.model_module)
 
 
 def register_model(fn: F) -> F:
@@ -67,6 +85,7 @@ def list_models(pattern: str = "*") -> list[str]:
         >>> all(name.startswith("coca") for name in list_models("coca*"))
         True
     """
+    import_model_modules()
     return sorted(n for n in _MODELS if fnmatch.fnmatch(n, pattern))
 
 
@@ -103,6 +122,7 @@ def create_model(
         >>> net.num_features > 0
         True
     """
+    import_model_modules()
     name = _ALIASES.get(name, name)
     if name not in _MODELS:
         raise unknown_name_error("model", name, list(_MODELS))

@@ -1,6 +1,6 @@
 """What a paper's central claim is, as a paired comparison ``selfcaps bench --suite claims`` runs.
 
-Each method class carries one :class:`Claim` (``CapsuleMethod.claim``): the statement, where
+Each method's record carries one :class:`Claim` (``MethodRecord.claim``): the statement, where
 the paper makes it, and one or more :class:`Comparison` of a treatment :class:`Arm` with a
 control arm. An arm is a ``selfcaps run`` configuration (extra arguments) and the
 ``metrics.json`` key read from it; arms with the same arguments share their runs (CoCa's
