@@ -129,6 +129,28 @@ def test_headline_svm_reads_the_unmasked_capsules(run_dir, data_root):
     assert m["svm_mnist"] != m["svm_mnist_masked"]  # the two features differ on this run
 
 
+@pytest.mark.filterwarnings("ignore:affnist_like")
+def test_reconstruction_error_is_the_training_loss_on_every_test_image(run_dir):
+    """recon_error_mnist: the paper's "batch mean square error" (section 3.5), all test images."""
+    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
+    method = SparseCaps(cfg)
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)
+    method.load_state_dict(ckpt["state_dict"])
+    net = method.sparse_net.eval()
+    dm = SelfcapsDataModule(cfg, *method.build_transforms())
+    _, eval_tf = method.build_transforms()
+    test = dm.split("test")
+    total = 0.0
+    with torch.no_grad():
+        for i in range(len(test)):  # one image at a time, through forward()
+            x = eval_tf(test[i][0]).unsqueeze(0)
+            total += float(((net(x).recon - x) ** 2).sum())
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["svm_test_mnist"] == len(test)
+    assert m["recon_error_mnist"] == pytest.approx(total / len(test), rel=1e-4)
+    assert m["recon_error_affnist"] > 0
+
+
 def test_weights_load_without_lightning(run_dir):
     cfg = json.loads((run_dir / "config.json").read_text())
     net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"])

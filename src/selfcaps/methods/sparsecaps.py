@@ -280,6 +280,7 @@ class SparseCaps(CapsuleMethod):
         v, psi = net.encode(x)
         ranks = net.rank(psi)
         mask = net.feature_mask(v, ranks)
+        recon = net.decode(v * net.decoder_mask(v, ranks, None).unsqueeze(-1))
         return {
             "unmasked": v.flatten(1),
             "masked": (v * mask.unsqueeze(-1)).flatten(1),
@@ -288,6 +289,8 @@ class SparseCaps(CapsuleMethod):
             "mask": mask,
             "lengths": caps_length(v),
             "pixels": x.flatten(1),
+            # per image: the training loss's summed squared error, without labels
+            "recon_error": (recon - x).pow(2).flatten(1).sum(1, keepdim=True),
         }
 
     def features(self, x: Tensor) -> dict[str, Tensor]:
