@@ -15,6 +15,7 @@ from selfcaps.losses import MarginLoss
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.sparsecaps import SparseCaps
 from tests.runs import assert_run_files
+from tests.scripts import load_script
 
 # A network small enough for seconds of CPU: conv1 8 filters, 2 primary types, small decoder.
 TINY_MODEL = [
@@ -149,6 +150,14 @@ def test_reconstruction_error_is_the_training_loss_on_every_test_image(run_dir):
     assert m["svm_test_mnist"] == len(test)
     assert m["recon_error_mnist"] == pytest.approx(total / len(test), rel=1e-4)
     assert m["recon_error_affnist"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:affnist")
+def test_the_reconstruction_script_repeats_the_evaluations_mnist_value(run_dir, data_root):
+    errors = load_script("sparsecaps_reconstruction").reconstruction_errors(run_dir, data_root, 20)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert errors["recon_error_mnist"] == pytest.approx(m["recon_error_mnist"], rel=1e-5)
+    assert errors["affnist_images"] == 20 and errors["variant"] == "sparse"
 
 
 def test_weights_load_without_lightning(run_dir):
