@@ -109,7 +109,7 @@ def test_simclr_speed_is_reasonable():
     t = SimCLRTransform(input_size=32)
     img = _image()
     t(img)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine does not stretch it
     for _ in range(50):
         t(img)
-    assert (time.perf_counter() - start) / 50 < 0.05
+    assert (time.process_time() - start) / 50 < 0.05
