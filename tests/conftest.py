@@ -1,8 +1,13 @@
-"""Every test session uses a temporary cache directory, never the user's ``~/.cache/selfcaps``."""
+"""Every test session uses a temporary cache directory, never the user's ``~/.cache/selfcaps``.
+
+Under pytest-xdist (``-n auto``: one test process per core) each process computes with one
+torch thread, so that the processes do not fight over the cores.
+"""
 
 import os
 
 import pytest
+import torch
 
 from selfcaps.data.paths import CACHE_ENV
 
@@ -17,3 +22,7 @@ def _temporary_cache(tmp_path_factory):
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = before
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
