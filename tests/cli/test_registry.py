@@ -207,3 +207,26 @@ def test_an_inline_value_naming_a_missing_row_or_field_names_the_page(
     (tmp_path / "docs" / "page.md").write_text(f"text {marker}\n")
     assert main(["report", "--check", "--root", str(tmp_path)]) == 2
     assert re.search(f"page.md: .*{re.escape(match)}", capsys.readouterr().err)
+
+
+def test_two_seeds_show_no_interval_and_small_values_keep_their_digits(tmp_path):
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _row(id="two", seeds=[0, 1],
+                     treatment={"label": "a", "preset": "quick", "values": [3.0, 4.0]},
+                     control={"label": "b", "preset": "quick", "values": [1.0, 1.5]}),
+                _row(id="mse", treatment={"label": "a", "preset": "quick",
+                                          "values": [0.0071, 0.0073, 0.0075]},
+                     control={"label": "b", "preset": "quick", "values": [0.008, 0.008, 0.008]}),
+            ],
+        )
+    )  # fmt: skip
+    out = update_text(
+        "<!-- value:two:result -->?<!-- /value --> <!-- value:mse:treatment -->?<!-- /value -->",
+        rows,
+    )
+    assert "-->+2.25, not resolved (too few seeds)<!--" in out  # no t-interval from 2 seeds
+    assert "-->0.0073 ± 0.0002<!--" in out
+    assert "| +2.25 | not resolved (too few seeds) |" in render_table(rows[:1])
