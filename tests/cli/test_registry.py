@@ -10,7 +10,7 @@ import yaml
 
 from selfcaps.cli import config as config_module
 from selfcaps.cli.main import main
-from selfcaps.cli.presets import config_text
+from selfcaps.cli.presets import config_text, preset_source
 from selfcaps.cli.registry import (
     DEFAULT_REGISTRY,
     RegistryError,
@@ -61,16 +61,26 @@ def test_every_generated_table_in_the_docs_matches_the_registry():
     assert shown >= 5  # README, results and claims pages carry generated tables
 
 
+def _mutated(method: str, preset: str, old: str, new: str):
+    """``preset_source`` with ``old`` replaced by ``new`` in one preset's text."""
+
+    def source(m: str, p: str) -> tuple[str, str]:
+        name, text = preset_source(m, p)
+        return name, text.replace(old, new) if (m, p) == (method, preset) else text
+
+    return source
+
+
 def test_a_changed_preset_makes_the_rows_behind_it_stale(monkeypatch):
     # The review's mutation: the quick preset's NT-Xent temperature changed, no test noticed.
     text = config_text("coca_quick.yaml")
     assert "temperature: 0.5" in text
 
-    def mutated(name: str) -> str:
-        t = config_text(name)
-        return t.replace("temperature: 0.5", "temperature: 0.7") if name == "coca_quick.yaml" else t
-
-    monkeypatch.setattr(config_module, "config_text", mutated)
+    monkeypatch.setattr(
+        config_module,
+        "preset_source",
+        _mutated("coca", "quick", "temperature: 0.5", "temperature: 0.7"),
+    )
     rows = load_registry(ROOT / DEFAULT_REGISTRY)
     stale = check_hashes(rows)
     assert any(p.startswith("coca.claim.short.untrained:") for p in stale)
@@ -80,11 +90,9 @@ def test_a_changed_preset_makes_the_rows_behind_it_stale(monkeypatch):
 def test_the_knn_temperature_is_pinned_too(monkeypatch):
     assert config_text("coca_quick.yaml").count("knn_t: 0.2") == 2  # monitor and eval
 
-    def mutated(name: str) -> str:
-        t = config_text(name)
-        return t.replace("knn_t: 0.2", "knn_t: 0.3") if name == "coca_quick.yaml" else t
-
-    monkeypatch.setattr(config_module, "config_text", mutated)
+    monkeypatch.setattr(
+        config_module, "preset_source", _mutated("coca", "quick", "knn_t: 0.2", "knn_t: 0.3")
+    )
     assert any(p.startswith("coca.") for p in check_hashes(load_registry(ROOT / DEFAULT_REGISTRY)))
 
 
