@@ -81,3 +81,22 @@ def run_killed_at(point: str, n: int, *args: str, timeout: float = 600) -> None:
     """:func:`run_signalled_at` with a SIGKILL point; asserts that the kill happened."""
     done = run_signalled_at(point, n, *args, timeout=timeout)
     assert done.returncode == -signal.SIGKILL, f"not killed at {point}: {done.stderr[-3000:]}"
+
+
+def assert_evaluation_record(run_dir: Path, prefix: str, query_split: str = "test") -> dict:
+    """The run's ``<prefix>_*`` record names the split it scored and the weights it saved.
+
+    The digest is recomputed from the weights on disk (``selfcaps.load_run``: ``best.ckpt``,
+    what the run evaluated), not taken from the method object that wrote the record.
+    Returns the run's metrics.
+    """
+    import json
+
+    import selfcaps
+    from selfcaps.methods.evaluation import weights_digest
+
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m[f"{prefix}_query_split"] == query_split
+    assert m[f"{prefix}_query_n"] > 0
+    assert m[f"{prefix}_weights"] == weights_digest(selfcaps.load_run(run_dir).network)
+    return m

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 import selfcaps
 from selfcaps.cli import main
 from tests.data.formats import write_svhn
-from tests.runs import FAST, assert_run_files
+from tests.runs import FAST, assert_evaluation_record, assert_run_files
 
 SMALL = [
     *FAST,
@@ -73,3 +73,8 @@ def test_flags_on_svhn_files(tmp_path, monkeypatch):
     assert main([*args, *SMALL]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert (m["variant"], m["ot"], m["test_images"]) == ("master", "off", 20)
+
+
+def test_the_test_accuracy_is_recorded_as_the_test_split_of_the_saved_weights(run_dir):
+    m = assert_evaluation_record(run_dir, "eval_test")
+    assert m["eval_test_query_n"] == m["test_images"] and m["eval_test_bank_split"] == "train"

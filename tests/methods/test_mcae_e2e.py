@@ -16,7 +16,7 @@ from selfcaps.data import get_dataset
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
 from selfcaps.methods.mcae import MCAE
-from tests.runs import FAST, assert_run_files, run_killed_at
+from tests.runs import FAST, assert_evaluation_record, assert_run_files, run_killed_at
 
 TINY = [
     *FAST,
@@ -270,3 +270,8 @@ def test_epochs_0_trains_nothing_not_even_the_finetuning(tmp_path):
     tested = load_file(out / "finetune" / "model.safetensors")
     assert tested and all(torch.equal(v, untrained[k]) for k, v in tested.items())
     assert not any(r.get("train_loss") for r in rows(out / "finetune" / "metrics.csv"))
+
+
+def test_the_finetuning_is_recorded_with_the_pretrained_weights_it_started_from(run_dir):
+    m = assert_evaluation_record(run_dir, "eval_finetune")
+    assert m["eval_finetune_bank_split"] == "train" and m["eval_finetune_bank_n"] > 0

@@ -18,7 +18,7 @@ from selfcaps.methods import get_method
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.io import load_checkpoint
 from tests.data.formats import write_mnist
-from tests.runs import FAST, assert_run_files, run_killed_at
+from tests.runs import FAST, assert_evaluation_record, assert_run_files, run_killed_at
 
 TINY = [
     *FAST,
@@ -252,3 +252,9 @@ def test_stages_are_counted_from_the_training_not_from_the_best_checkpoint():
     trained._trainer = None
     trained.epochs_finished.fill_(13)
     assert trained.stages_trained() == 3
+
+
+def test_the_evaluation_records_the_trained_and_the_untrained_weights(run_dir):
+    m = assert_evaluation_record(run_dir, "eval_test")
+    assert m["eval_untrained_weights"] != m["eval_test_weights"]  # eval.baselines is on
+    assert m["eval_untrained_query_n"] == m["eval_test_query_n"]

@@ -14,7 +14,7 @@ from selfcaps.data import AffNISTLikeDataset
 from selfcaps.losses import MarginLoss
 from selfcaps.methods.datamodule import SelfcapsDataModule
 from selfcaps.methods.sparsecaps import SparseCaps
-from tests.runs import assert_run_files
+from tests.runs import assert_evaluation_record, assert_run_files
 from tests.scripts import load_script
 
 # A network small enough for seconds of CPU: conv1 8 filters, 2 primary types, small decoder.
@@ -325,3 +325,12 @@ def test_same_digits_needs_generated_affnist(data_root, capsys):
         assert "eval.affnist" in err and mode in err
     assert main([*args, "eval.affnist_halves=shuffled"]) == 2
     assert "eval.affnist_halves" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore:affnist")
+def test_the_svm_records_its_splits_and_the_saved_weights(run_dir):
+    m = assert_evaluation_record(run_dir, "eval_svm_mnist")
+    assert m["eval_svm_mnist_query_n"] == m["svm_test_mnist"]
+    assert m["eval_svm_mnist_bank_n"] == m["svm_train_mnist"]
+    assert m["eval_svm_affnist_a_query_n"] == m["affnist_test_images"]
+    assert m["eval_svm_affnist_a_weights"] == m["eval_svm_mnist_weights"]

@@ -51,6 +51,7 @@ from selfcaps.config_checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
 from selfcaps.methods.base import CapsuleMethod
+from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod", "gradient_probe"]
@@ -286,7 +287,11 @@ class EncapNetMethod(CapsuleMethod):
             self.train(was)
         top1 = 100.0 * counts["top1"] / n
         c = self.cfg.loss
+        record = evaluation_record(
+            "eval_test", "test", n, "train", len(dm.split("train")), self.network
+        )
         return {
+            **record,
             "test_top1": top1,
             "test_top5": 100.0 * counts["top5"] / n,
             "test_error": 100.0 - top1,

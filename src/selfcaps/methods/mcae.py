@@ -63,6 +63,7 @@ from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.csv_logs import RunCSVLogger
 from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
+from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
 from selfcaps.methods.mcae_figures import reconstruction_figure
@@ -399,6 +400,10 @@ class MCAE(CapsuleMethod):
         }
         t0 = time.perf_counter()
         labelled = self.labelled_indices(dm)
+        # Finetuning changes the weights: the digest is of the pretrained weights it starts from.
+        n_train = len(dm.split("train")) if labelled is None else len(labelled)
+        n_test = len(dm.split("test"))
+        record_args = ("test", n_test, "train", n_train, self.network)
         _, res = self.finetune_classifier(dm, labelled)
         # With a labelled subset every finetuning key says so: finetune_top1_lf10, ...
         sfx = "" if labelled is None else label_suffix(
@@ -413,6 +418,7 @@ class MCAE(CapsuleMethod):
             "finetune_epochs": int(self.cfg.eval.finetune_epochs),
             f"finetune_time_s{sfx}": round(time.perf_counter() - t0, 1),
         })  # fmt: skip
+        metrics.update(evaluation_record(f"eval_finetune{sfx}", *record_args))
         if labelled is not None:
             metrics[f"labelled_images{sfx}"] = len(labelled)
         return metrics

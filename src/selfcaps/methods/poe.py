@@ -96,6 +96,7 @@ from selfcaps.losses.contrastive_divergence import (
 )
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.datamodule import mix_seed
+from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
 from selfcaps.methods.poe_figures import poe_figures
@@ -409,8 +410,13 @@ class PoE(CapsuleMethod):
         metrics: dict[str, float | int | str] = {"stages_completed": done}
         untrained = self.untrained_network() if self.cfg.eval.baselines else None
         test = dm.eval_loader("test")
+        n_test = len(test.dataset)
         metrics.update(mean_reconstruction_stats(self.poe, test, self.cfg))
+        metrics.update(evaluation_record("eval_test", "test", n_test, None, None, self.poe))
         if untrained is not None:
+            metrics.update(
+                evaluation_record("eval_untrained", "test", n_test, None, None, untrained)
+            )
             base = mean_reconstruction_stats(untrained, test, self.cfg)
             metrics["free_energy_gap_untrained"] = base["free_energy_gap"]
             metrics["recon_caps_mse_untrained"] = base["recon_caps_mse"]

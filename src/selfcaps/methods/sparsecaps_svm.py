@@ -15,6 +15,7 @@ from torch import Tensor
 from selfcaps.config_checks.sparsecaps import FEATURE_KINDS
 from selfcaps.eval import svm_probe
 from selfcaps.methods.affnist_halves import affnist_halves
+from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.models.sparsecaps import winner_frequency
 
 __all__ = ["PROTOCOLS", "routing_metrics", "svm_evaluation", "svm_key", "svm_metric"]
@@ -107,6 +108,9 @@ def svm_evaluation(method: Any, dm: Any) -> dict[str, float | int | str]:
         "svm_gamma": float(e.svm_gamma),
         "svm_train_mnist": len(train_idx),
         "svm_test_mnist": len(test_idx),
+        **evaluation_record(
+            "eval_svm_mnist", "test", len(test_idx), "train", len(train_idx), method.sparse_net
+        ),
     }
     if e.affnist != "none":
         aff, metrics["affnist_source"] = method.affnist_test(dm)
@@ -133,6 +137,17 @@ def svm_evaluation(method: Any, dm: Any) -> dict[str, float | int | str]:
             affnist_test_images=len(halves.test),
             affnist_halves=mode,
             recon_error_affnist=float(af_te["recon_error"].mean()),
+        )
+        fit_split = "affnist_like train" if aff_train is not None else "affnist test (fit half)"
+        metrics.update(
+            evaluation_record(
+                "eval_svm_affnist_a",
+                "affnist test (test half)",
+                len(halves.test),
+                fit_split,
+                len(halves.fit),
+                method.sparse_net,
+            )
         )
         if method.variant == "supervised":
             metrics["capsnet_acc_affnist"] = length_accuracy(af_te["lengths"], af_te_y)
