@@ -108,17 +108,21 @@ def _codes(net, ds, canvas):
     return torch.cat(v_all).numpy(), torch.cat(masked_all).numpy(), labels
 
 
+def _trained(run_dir):
+    """The run's method with ``best.ckpt`` loaded, its network in eval mode, its data."""
+    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
+    method = SparseCaps(cfg)
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)
+    method.load_state_dict(ckpt["state_dict"])
+    return method, method.sparse_net.eval(), SelfcapsDataModule(cfg, *method.build_transforms())
+
+
 @pytest.mark.filterwarnings("ignore:affnist_like")
 def test_headline_svm_reads_the_unmasked_capsules(run_dir, data_root):
     """svm_mnist is sklearn's RBF SVM on v (section 2.3), svm_mnist_masked on v' = m v."""
     from sklearn.svm import SVC
 
-    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
-    method = SparseCaps(cfg)
-    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)
-    method.load_state_dict(ckpt["state_dict"])
-    net = method.sparse_net.eval()
-    dm = SelfcapsDataModule(cfg, *method.build_transforms())
+    _, net, dm = _trained(run_dir)
     with torch.no_grad():
         fit_v, fit_m, fit_y = _codes(net, dm.split("train"), 40)
         test_v, test_m, test_y = _codes(net, dm.split("test"), 40)
@@ -133,12 +137,7 @@ def test_headline_svm_reads_the_unmasked_capsules(run_dir, data_root):
 @pytest.mark.filterwarnings("ignore:affnist_like")
 def test_reconstruction_error_is_the_training_loss_on_every_test_image(run_dir):
     """recon_error_mnist: the paper's "batch mean square error" (section 3.5), all test images."""
-    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
-    method = SparseCaps(cfg)
-    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=False)
-    method.load_state_dict(ckpt["state_dict"])
-    net = method.sparse_net.eval()
-    dm = SelfcapsDataModule(cfg, *method.build_transforms())
+    method, net, dm = _trained(run_dir)
     _, eval_tf = method.build_transforms()
     test = dm.split("test")
     total = 0.0
