@@ -104,6 +104,11 @@ def _mean_sd(values: Sequence[float], places: int | None = None) -> str:
     return f"{_num(mean, places=places)} ± {_num(sd, places=places)}"
 
 
+def _row_places(row: Row) -> int:
+    """:func:`_places` of every value of every arm of ``row``: one format per row."""
+    return _places([v for a in row.arms for v in a.values])
+
+
 def _diff(row: Row) -> str:
     """The paired difference and its interval; no interval below ``MIN_SEEDS`` seeds.
 
@@ -112,7 +117,7 @@ def _diff(row: Row) -> str:
     """
     p = row.paired
     assert p is not None
-    places = _places([v for a in row.arms for v in a.values])
+    places = _row_places(row)
     mean = _num(p.diff_mean, True, places)
     if p.n < MIN_SEEDS:
         return mean
@@ -172,7 +177,7 @@ def render_table(rows: Sequence[Row]) -> str:
             p = r.paired
             assert p is not None
             t, c = r.arms
-            diff, places = _diff(r), _places([*t.values, *c.values])
+            diff, places = _diff(r), _row_places(r)
             lines.append(
                 f"| {r.method} | {r.what} | {r.comparison} | {r.rung}: {r.budget} | {r.dataset} "
                 f"| {t.label} {_mean_sd(t.values, places)} "
@@ -246,7 +251,7 @@ def render_value(row: Row, field: str) -> str:
     assert p is not None
     diff = _diff(row)
     treatment, control = row.arms
-    places = _places([*treatment.values, *control.values])
+    places = _row_places(row)
     return {
         "result": f"{diff}, {p.verdict}",
         "diff": diff,
@@ -257,8 +262,7 @@ def render_value(row: Row, field: str) -> str:
     }[field]
 
 
-def _value(rows: Sequence[Row], m: re.Match[str]) -> str:
-    by_id = {r.id: r for r in rows}
+def _value(by_id: dict[str, Row], m: re.Match[str]) -> str:
     if m.group("id") not in by_id:
         raise RegistryError(f"an inline value names row {m.group('id')!r}, not in the registry")
     body = render_value(by_id[m.group("id")], m.group("field"))
@@ -277,7 +281,8 @@ def update_text(text: str, rows: Sequence[Row]) -> str:
     text = BLOCK.sub(
         lambda m: m.group("open") + _table(rows, m.group("name")) + m.group("close"), text
     )
-    return VALUE.sub(lambda m: _value(rows, m), text)
+    by_id = {r.id: r for r in rows}
+    return VALUE.sub(lambda m: _value(by_id, m), text)
 
 
 def doc_files(root: Path) -> list[Path]:

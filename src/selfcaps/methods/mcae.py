@@ -400,15 +400,16 @@ class MCAE(CapsuleMethod):
         }
         t0 = time.perf_counter()
         labelled = self.labelled_indices(dm)
-        # Finetuning changes the weights: the digest is of the pretrained weights it starts from.
-        n_train = len(dm.split("train")) if labelled is None else len(labelled)
-        n_test = len(dm.split("test"))
-        record_args = ("test", n_test, "train", n_train, self.network)
-        _, res = self.finetune_classifier(dm, labelled)
         # With a labelled subset every finetuning key says so: finetune_top1_lf10, ...
         sfx = "" if labelled is None else label_suffix(
             self.cfg.eval.get("label_fraction"), self.cfg.eval.get("labels_per_class")
         )  # fmt: skip
+        # Taken before finetuning: the digest is of the pretrained weights it starts from.
+        n_train = len(dm.split("train")) if labelled is None else len(labelled)
+        record = evaluation_record(
+            f"eval_finetune{sfx}", "test", len(dm.split("test")), "train", n_train, self.network
+        )
+        _, res = self.finetune_classifier(dm, labelled)
         metrics.update({
             f"finetune_top1{sfx}": float(res["test_top1"]),
             f"finetune_top5{sfx}": float(res["test_top5"]),
@@ -418,7 +419,7 @@ class MCAE(CapsuleMethod):
             "finetune_epochs": int(self.cfg.eval.finetune_epochs),
             f"finetune_time_s{sfx}": round(time.perf_counter() - t0, 1),
         })  # fmt: skip
-        metrics.update(evaluation_record(f"eval_finetune{sfx}", *record_args))
+        metrics.update(record)
         if labelled is not None:
             metrics[f"labelled_images{sfx}"] = len(labelled)
         return metrics

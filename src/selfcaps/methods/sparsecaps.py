@@ -60,6 +60,7 @@ test images (seeded random subsets are encoded), for CPU time.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, ClassVar
 
@@ -274,14 +275,17 @@ class SparseCaps(CapsuleMethod):
             self.log(f"val_{k}", v, add_dataloader_idx=False, **kw)
 
     # ------------------------------------------------------------------ features
-    def _outputs(self, x: Tensor) -> dict[str, Tensor]:
-        """Features and routing statistics of a batch (model in eval mode)."""
+    def _outputs(self, x: Tensor, recon_error: bool = False) -> dict[str, Tensor]:
+        """Features and routing statistics of a batch (model in eval mode).
+
+        With ``recon_error``, also each image's reconstruction error (the decoder runs
+        only then: features, the online kNN and the SVM codes do not need it).
+        """
         net = self.sparse_net
         v, psi = net.encode(x)
         ranks = net.rank(psi)
         mask = net.feature_mask(v, ranks)
-        recon = net.decode(v * net.decoder_mask(v, ranks, None).unsqueeze(-1))
-        return {
+        out = {
             "unmasked": v.flatten(1),
             "masked": (v * mask.unsqueeze(-1)).flatten(1),
             "support": psi,
@@ -289,9 +293,11 @@ class SparseCaps(CapsuleMethod):
             "mask": mask,
             "lengths": caps_length(v),
             "pixels": x.flatten(1),
-            # per image: the training loss's summed squared error, without labels
-            "recon_error": (recon - x).pow(2).flatten(1).sum(1, keepdim=True),
         }
+        if recon_error:  # per image: the training loss's summed squared error, without labels
+            recon = net.decode(v * net.decoder_mask(v, ranks, None).unsqueeze(-1))
+            out["recon_error"] = (recon - x).pow(2).flatten(1).sum(1, keepdim=True)
+        return out
 
     def features(self, x: Tensor) -> dict[str, Tensor]:
         """``unmasked`` (``L * D`` latent capsules) and ``masked`` (eq. 4) features."""
@@ -314,7 +320,8 @@ class SparseCaps(CapsuleMethod):
             shuffle=False,
             num_workers=int(d.num_workers),
         )
-        return collect_features(self, loader, self._outputs, kinds)
+        fn = functools.partial(self._outputs, recon_error="recon_error" in kinds)
+        return collect_features(self, loader, fn, kinds)
 
     def affnist_test(self, dm: Any) -> tuple[Dataset, str]:
         """The affNIST test images: official files if present (``auto``), else generated."""
