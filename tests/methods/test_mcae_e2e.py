@@ -275,3 +275,30 @@ def test_epochs_0_trains_nothing_not_even_the_finetuning(tmp_path):
 def test_the_finetuning_is_recorded_with_the_pretrained_weights_it_started_from(run_dir):
     m = assert_evaluation_record(run_dir, "eval_finetune")
     assert m["eval_finetune_bank_split"] == "train" and m["eval_finetune_bank_n"] > 0
+
+
+@pytest.mark.slow
+def test_finetuning_again_after_the_fact_equals_the_runs_own_finetuning(tmp_path):
+    """A run finetuned for 1 epoch, then `selfcaps eval --finetune-epochs 2` on its labelled
+    subset, gives exactly the result of the same run finetuned for 2 epochs within the run, and
+    both record the same digest of the pretrained weights they start from: a registry row may
+    mix the two paths (one pretraining finetuned again by `eval`, other seeds finetuned by
+    `run`). Another finetuning seed (`--seed`) gives another result, so the equality is not
+    that of a finetuning that ignores its randomness."""
+    lf = ["eval.label_fraction=0.5", "data.train_subset=256", "eval.finetune_lr=0.05"]
+    within, later = tmp_path / "within", tmp_path / "later"
+    for out, epochs in ((within, "2"), (later, "1")):
+        args = ["run", "mcae", "--out", str(out), "--pretrain-epochs", "1"]
+        assert main([*args, "--finetune-epochs", epochs, *TINY, *lf]) == 0
+    again = ["eval", str(later), "--protocol", "finetune", "--label-fraction", "0.5", "--threads"]
+    assert main([*again, "1", "--finetune-epochs", "2"]) == 0
+    assert main([*again, "1", "--finetune-epochs", "2", "--seed", "7"]) == 0
+    a = json.loads((within / "metrics.json").read_text())
+    b = json.loads((later / "metrics.json").read_text())
+    assert b["labelled_images_lf50_ft2"] == a["labelled_images_lf50"] == 128
+    assert a["finetune_top1_lf50"] > 12  # it learnt something: chance is 10
+    for key in ("finetune_top1", "finetune_top5"):
+        assert b[f"{key}_lf50_ft2"] == a[f"{key}_lf50"], key
+    assert b["finetune_top1_lf50_ft2_seed7"] != b["finetune_top1_lf50_ft2"]
+    assert b["eval_finetune_lf50_weights_ft2"] == b["eval_finetune_lf50_weights"]
+    assert a["eval_finetune_lf50_weights"] == b["eval_finetune_lf50_weights"]

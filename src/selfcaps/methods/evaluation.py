@@ -25,8 +25,16 @@ def weights_digest(module: nn.Module) -> str:
     """First 16 hex digits of the SHA-256 of a module's parameters and buffers.
 
     Names, shapes, dtypes and the bytes of every tensor of ``state_dict()``, in its order: two
-    modules have the same digest exactly when they hold the same weights.
+    modules have the same digest exactly when they hold the same weights. A method (anything
+    with a ``network``, such as :class:`~selfcaps.methods.base.CapsuleMethod`) is digested by
+    its network, uncompiled: the weights that compute its features and predictions, and what
+    ``selfcaps.load_run(run).network`` returns. So a run's own evaluation, ``selfcaps eval`` of
+    the same checkpoint and a user's ``load_run`` give one digest for one set of weights, with
+    or without ``--compile``, and training-only state (EncapNet's feedback units, PoE's epoch
+    counter) does not enter it.
     """
+    module = getattr(module, "network", module)
+    module = getattr(module, "_orig_mod", module)  # torch.compile's wrapper
     h = hashlib.sha256()
     for name, t in module.state_dict().items():
         t = t.detach().cpu().contiguous()
