@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _common import interleaved_ratio, load_average, set_threads
 from torch.utils.data import TensorDataset
 
+from _common import interleaved_ratio, load_average, set_threads
 from selfcaps.data import SimCLRTransform
 from selfcaps.methods.datamodule import SeededTransformDataset, mix_seed
 

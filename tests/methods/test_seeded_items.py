@@ -1,4 +1,4 @@
-"""Per-image seeding of the training transforms: the same draws as ``torch.manual_seed``, CPU only."""
+"""Per-image seeding of the training transforms: torch.manual_seed's draws, CPU only."""
 
 import pytest
 import torch
