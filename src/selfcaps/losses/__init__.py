@@ -23,7 +23,11 @@ from selfcaps.losses.contrastive_divergence import (
 from selfcaps.losses.feedback import CapsuleDeconv2d, FeedbackAgreement, feature_extractor
 from selfcaps.losses.margin import MarginLoss
 from selfcaps.losses.ntxent import NTXentLoss, gather_with_grad
-from selfcaps.losses.reconstruction import masked_patch_mse, reconstruction_loss
+from selfcaps.losses.reconstruction import (
+    masked_patch_mse,
+    reconstruction_loss,
+    squared_error_per_image,
+)
 from selfcaps.losses.sinkhorn import (
     KLDivergence,
     SinkhornDivergence,
@@ -57,4 +61,5 @@ __all__ = [
     "sinkhorn_cost",
     "sinkhorn_log_plan",
     "sparsity_term",
+    "squared_error_per_image",
 ]

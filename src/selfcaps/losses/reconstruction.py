@@ -9,7 +9,20 @@ from torch import Tensor
 if TYPE_CHECKING:
     from selfcaps.models.mcae import MaskedReconstruction
 
-__all__ = ["masked_patch_mse", "reconstruction_loss"]
+__all__ = ["masked_patch_mse", "reconstruction_loss", "squared_error_per_image"]
+
+
+def squared_error_per_image(recon: Tensor, target: Tensor) -> Tensor:
+    r"""Each image's sum of squared pixel errors :math:`\lVert \hat x_b - x_b \rVert^2`, ``(B,)``.
+
+    The term :func:`reconstruction_loss` averages; SparseCaps' evaluation reports it per image.
+
+    Examples:
+        >>> import torch
+        >>> squared_error_per_image(torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
+        tensor([4., 4.])
+    """
+    return (recon - target).pow(2).flatten(1).sum(1)
 
 
 def reconstruction_loss(recon: Tensor, target: Tensor) -> Tensor:
@@ -28,7 +41,7 @@ def reconstruction_loss(recon: Tensor, target: Tensor) -> Tensor:
         >>> reconstruction_loss(torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2))
         tensor(4.)
     """
-    return (recon - target).pow(2).flatten(1).sum(1).mean()
+    return squared_error_per_image(recon, target).mean()
 
 
 def masked_patch_mse(out: MaskedReconstruction, masked_only: bool = True) -> Tensor:

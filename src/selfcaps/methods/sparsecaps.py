@@ -77,7 +77,7 @@ from selfcaps.data.affine import place_in_canvas
 from selfcaps.data.affnist import AffNISTLikeDataset
 from selfcaps.data.dataset import ImageDataset
 from selfcaps.data.shift_grid import ShiftGridDataset
-from selfcaps.losses import MarginLoss, reconstruction_loss
+from selfcaps.losses import MarginLoss, reconstruction_loss, squared_error_per_image
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.methods.evaluation import collect_features
@@ -296,7 +296,7 @@ class SparseCaps(CapsuleMethod):
         }
         if recon_error:  # per image: the training loss's summed squared error, without labels
             recon = net.decode(v * net.decoder_mask(v, ranks, None).unsqueeze(-1))
-            out["recon_error"] = (recon - x).pow(2).flatten(1).sum(1, keepdim=True)
+            out["recon_error"] = squared_error_per_image(recon, x).unsqueeze(1)
         return out
 
     def features(self, x: Tensor) -> dict[str, Tensor]:
