@@ -26,8 +26,10 @@ Budget: ``--steps S`` of batch 128. ``S * 128 <= 45,000``: one epoch over a seed
 of ``S * 128`` training images (as ``encapnet_feedback_ablation.sh``, 200 steps by default);
 larger: all 45,000 images for ``ceil(S / 351)`` epochs stopped at ``S`` steps (1,053 = the
 ``quick`` preset's 3 epochs). Test top-1 on all 10,000 test images. Runs go to ``OUT/ARM_sSEED``;
-a run whose ``metrics.json`` exists is skipped, so the script resumes, and two processes can
-share the work by seeds (``--seeds 0`` and ``--seeds 1 2``).
+a finished run is skipped and an interrupted one (SIGTERM, a crash: a ``last.ckpt`` and no
+finished ``metrics.json``) continues with ``selfcaps run encapnet --out RUN --resume``, so the
+script resumes, and two processes can share the work by seeds (``--seeds 0`` and
+``--seeds 1 2``).
 
     python experiments/encapnet_table3.py OUT [--case NAME ...] [--seeds 0 1 2] [--steps 200]
         [--data-root DIR] [--dry-run]
@@ -46,6 +48,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from selfcaps.cli.rundir import run_finished
+
 #: Training images of CIFAR-10 after the 5,000 validation images are carved out; batch size.
 TRAIN_IMAGES, BATCH = 45_000, 128
 STEPS_PER_EPOCH = TRAIN_IMAGES // BATCH  # 351 (the last partial batch is dropped)
@@ -56,7 +60,8 @@ _ONE_UNIT = "[[1,0,-1],[2,0,-1],[3,0,-1]]"  # Fig. 3(a) in every module
 # cosine cost), so it is left out, as in the `paper` preset.
 _TWO_UNITS = "[[1,0,-1],[1,1,-1],[2,0,-1],[2,1,-1],[3,0,-1]]"
 _CAPCONV = ("--variant", "master_aide", "--ot", "off")
-_OT = ("--variant", "master", "--ot", "on", f"loss.units={_ONE_UNIT}")
+_OT_ON = ("--variant", "master", "--ot", "on")
+_OT = (*_OT_ON, f"loss.units={_ONE_UNIT}")
 _RESNET = ("model.name=encapnet18_resnet", "loss.encapsulated_generator=false")
 #: The reference code's unit settings (option/option.py defaults: --ot_loss_fac 1, C_form l2,
 #: no --encapsulate_G, no --no_bp_P_L), the `reference` preset's `loss` keys.
@@ -76,7 +81,7 @@ ARMS: dict[str, tuple[str, ...]] = {
     "v3_skip": (*_CAPCONV, "model.skip=module", "model.coefficients=v3"),
     "off": ("--variant", "master", "--ot", "off"),
     "on": _OT,
-    "twoots": (*_OT, f"loss.units={_TWO_UNITS}"),
+    "twoots": (*_OT_ON, f"loss.units={_TWO_UNITS}"),
     "kl": (*_OT, "loss.divergence=kl"),
     "nodebias": (*_OT, "loss.debias=false"),
     "plangrad": (*_OT, "loss.detach_plan=false"),
@@ -86,14 +91,8 @@ ARMS: dict[str, tuple[str, ...]] = {
     "resnet_off": ("--ot", "off", _RESNET[0]),
     "resnet_on": (*_OT, *_RESNET),
     "resnet_kl": (*_OT, *_RESNET, "loss.divergence=kl"),
-    "reference": (
-        "--variant",
-        "master",
-        "--ot",
-        "on",
-        *(f"{k}={v}" for k, v in REFERENCE_UNIT.items()),
-    ),
-    "lambda01": ("--variant", "master", "--ot", "on", "loss.ot_weight=0.1"),
+    "reference": (*_OT_ON, *(f"{k}={v}" for k, v in REFERENCE_UNIT.items())),
+    "lambda01": (*_OT_ON, "loss.ot_weight=0.1"),
 }
 
 
@@ -245,13 +244,17 @@ def main(argv: list[str] | None = None) -> None:
     for arm in arms_of(args.case):
         for seed in args.seeds:
             cmd = command(args.out, arm, seed, args.steps, args.data_root)
-            metrics = args.out / f"{arm}_s{seed}" / "metrics.json"
-            done = metrics.exists()
-            if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:
+            run_dir = args.out / f"{arm}_s{seed}"
+            done = run_finished(run_dir)
+            got = json.loads((run_dir / "metrics.json").read_text()).get("steps") if done else None
+            if done and got != args.steps:
                 raise SystemExit(
-                    f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
+                    f"{run_dir / 'metrics.json'}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
+            if not done and (run_dir / "checkpoints" / "last.ckpt").is_file():
+                # interrupted (SIGTERM, a crash): its saved configuration continues exactly
+                cmd = [*cmd[: cmd.index("--out") + 2], "--resume", "--no-progress"]
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

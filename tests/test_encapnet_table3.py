@@ -143,3 +143,14 @@ def test_finished_runs_are_skipped_and_other_budgets_refused(tmp_path, capsys):
     assert not lines[1].startswith("#") and "on_s0" in lines[1]
     with pytest.raises(SystemExit, match="200 steps, not --steps 1053"):
         table3.main([str(tmp_path), "--case", "ot", "--seeds", "0", "--steps", "1053", "--dry-run"])
+
+
+def test_interrupted_runs_are_resumed_not_refused(tmp_path, capsys):
+    run = tmp_path / "off_s0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    # what a run stopped by SIGTERM after 125 of its 200 steps leaves
+    (run / "metrics.json").write_text(json.dumps({"steps": 125, "stopped_by": "signal"}))
+    table3.main([str(tmp_path), "--case", "ot", "--seeds", "0", "--dry-run"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"-m selfcaps run encapnet --out {run} --resume --no-progress"
