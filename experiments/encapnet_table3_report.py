@@ -20,6 +20,7 @@ import math
 import sys
 from pathlib import Path
 
+from selfcaps.cli.rundir import run_finished
 from selfcaps.eval.paired import NOT_RESOLVED, REVERSED, paired_comparison
 
 _spec = importlib.util.spec_from_file_location(
@@ -34,10 +35,15 @@ TOO_FEW = "not resolved (too few seeds)"
 MIN_SEEDS = 3
 
 
+def finished_metrics(root: Path) -> list[Path]:
+    """``metrics.json`` of every finished run under ``root`` (not of runs stopped mid-way)."""
+    return [p for p in sorted(root.glob("*_s*/metrics.json")) if run_finished(p.parent)]
+
+
 def arm_results(root: Path) -> dict[str, dict[int, float]]:
     """Test top-1 of every finished run under ``root``, by arm and seed."""
     out: dict[str, dict[int, float]] = {}
-    for path in sorted(root.glob("*_s*/metrics.json")):
+    for path in finished_metrics(root):
         arm, _, seed = path.parent.name.rpartition("_s")
         if arm in table3.ARMS and seed.isdigit():
             out.setdefault(arm, {})[int(seed)] = float(json.loads(path.read_text())["test_top1"])
@@ -116,9 +122,7 @@ def main() -> None:
     p.add_argument("root", type=Path)
     p.add_argument("--quotes", action="store_true", help="print each case's sentence")
     args = p.parse_args()
-    steps = {
-        json.loads(m.read_text()).get("steps") for m in sorted(args.root.glob("*/metrics.json"))
-    }
+    steps = {json.loads(m.read_text()).get("steps") for m in finished_metrics(args.root)}
     print(f"{args.root}: CIFAR-10 test top-1 (%), steps per run {sorted(map(str, steps))}\n")
     print("\n".join(table(args.root)))
     if args.quotes:

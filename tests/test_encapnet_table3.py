@@ -119,6 +119,8 @@ def test_report_pairs_by_seed_and_words_the_verdict(tmp_path):
         _write(tmp_path, "off", seed, off)
     _write(tmp_path, "kl", 0, 42.0)  # two seeds: differences -1, +1
     _write(tmp_path, "kl", 1, 46.0)
+    (tmp_path / "kl_s2").mkdir()  # stopped by SIGTERM: no test_top1, not a result
+    (tmp_path / "kl_s2" / "metrics.json").write_text('{"steps": 90, "stopped_by": "signal"}')
     for seed, (a, b) in enumerate([(50.0, 49.0), (51.0, 50.0), (50.5, 49.0)]):
         _write(tmp_path, "resnet_on", seed, a)
         _write(tmp_path, "resnet_kl", seed, b)
