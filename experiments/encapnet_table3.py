@@ -48,7 +48,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfcaps.cli.rundir import run_finished
+from selfcaps.cli.rundir import resume_args, run_finished
 
 #: Training images of CIFAR-10 after the 5,000 validation images are carved out; batch size.
 TRAIN_IMAGES, BATCH = 45_000, 128
@@ -245,16 +245,15 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             cmd = command(args.out, arm, seed, args.steps, args.data_root)
             run_dir = args.out / f"{arm}_s{seed}"
+            metrics = run_dir / "metrics.json"
             done = run_finished(run_dir)
-            got = json.loads((run_dir / "metrics.json").read_text()).get("steps") if done else None
-            if done and got != args.steps:
+            if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:
                 raise SystemExit(
-                    f"{run_dir / 'metrics.json'}: a run of {got} steps, not --steps {args.steps}; "
+                    f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            if not done and (run_dir / "checkpoints" / "last.ckpt").is_file():
-                # interrupted (SIGTERM, a crash): its saved configuration continues exactly
-                cmd = [*cmd[: cmd.index("--out") + 2], "--resume", "--no-progress"]
+            if (resume := resume_args("encapnet", run_dir)) is not None:  # SIGTERM, a crash
+                cmd = [sys.executable, "-m", "selfcaps", *resume]
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

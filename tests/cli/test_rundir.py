@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from selfcaps.cli.main import main
-from selfcaps.cli.rundir import make_run_dir, remove_if_empty, run_finished
+from selfcaps.cli.rundir import make_run_dir, remove_if_empty, resume_args, run_finished
 from selfcaps.methods.atomic import atomic_write_text
 
 
@@ -86,3 +86,17 @@ def test_a_run_stopped_by_a_signal_is_not_finished(tmp_path):
     assert run_finished(tmp_path)
     atomic_write_text(tmp_path / "metrics.json", "{not json")
     assert not run_finished(tmp_path)
+
+
+def test_only_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path):
+    """bench, claims and the experiment scripts continue a run only from its last.ckpt."""
+    assert resume_args("coca", tmp_path) is None  # nothing yet: a fresh run
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "signal", "signal": "SIGTERM"}')
+    assert resume_args("coca", tmp_path) is None  # stopped before its first checkpoint
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert resume_args("coca", tmp_path) == [
+        "run", "coca", "--out", str(tmp_path), "--resume", "--no-progress",
+    ]  # fmt: skip
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "epochs"}')
+    assert resume_args("coca", tmp_path) is None  # finished: not run again

@@ -5,7 +5,8 @@ creates anything; :func:`can_create` checks the output location without creating
 it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
 :func:`run_finished` tells a finished run from one a stop signal interrupted (both
-have a ``metrics.json``).
+have a ``metrics.json``), and :func:`resume_args` gives the command that continues an
+interrupted one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from selfcaps.methods.atomic import check_writable
 
-__all__ = ["can_create", "make_run_dir", "remove_if_empty", "run_finished"]
+__all__ = ["can_create", "make_run_dir", "remove_if_empty", "resume_args", "run_finished"]
 
 
 def run_finished(run_dir: Path) -> bool:
@@ -34,6 +35,22 @@ def run_finished(run_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(metrics, dict) and metrics.get("stopped_by") != "signal"
+
+
+def resume_args(method: str, run_dir: Path) -> list[str] | None:
+    """The ``selfcaps`` arguments that continue the interrupted run in ``run_dir``, or ``None``.
+
+    Interrupted: not :func:`run_finished` (no ``metrics.json``, or one written by a stop
+    signal) and a ``checkpoints/last.ckpt`` to continue from. The run's saved configuration
+    rules, so a caller may add only a budget (``--max-time``, ``--epochs``).
+
+    Examples:
+        >>> resume_args("coca", Path("/nonexistent")) is None
+        True
+    """
+    if run_finished(run_dir) or not (Path(run_dir) / "checkpoints" / "last.ckpt").is_file():
+        return None
+    return ["run", method, "--out", str(run_dir), "--resume", "--no-progress"]
 
 
 def _missing_ancestors(path: Path) -> tuple[Path, list[Path]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from selfcaps import __version__
 from selfcaps.cli.provenance import git_commit
-from selfcaps.cli.rundir import run_finished
+from selfcaps.cli.rundir import resume_args, run_finished
 from selfcaps.methods.atomic import atomic_write_text
 from selfcaps.records import get_record
 
@@ -142,11 +142,10 @@ def execute(row: BenchRow) -> None:
         row.status = "done (earlier)"
         return
     cmd = list(row.command)
-    if (row.run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: the saved config rules
-        cmd = ["selfcaps", "run", row.method, "--out", str(row.run_dir), "--resume"]
+    if (resume := resume_args(row.method, row.run_dir)) is not None:  # the saved config rules
+        cmd = ["selfcaps", *resume]
         if "--max-time" in row.command:
             cmd += ["--max-time", row.command[row.command.index("--max-time") + 1]]
-        cmd.append("--no-progress")
     print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
