@@ -4,9 +4,10 @@ The preset departs from the paper in five settings (docs/methods/poe.md); each a
 puts one of them back to the paper's value, with the learning rate that value was measured
 with where the two go together (the routing normalisation sets the scale of the updates).
 ``run`` trains ``ARM x SEED`` runs of ``selfcaps run poe --preset center_parents_sparse``
-one after the other into ``OUT/ARM_sSEED`` (runs that already have ``metrics.json`` are
-skipped); ``report`` prints, per arm: classes covered and mean purity in the restricted domain
-(how docs/methods/poe.md scores Fig. 2) and in the complete one, per seed, with mean and standard
+one after the other into ``OUT/ARM_sSEED`` (finished runs are skipped; a run stopped mid-way,
+by SIGTERM or a crash, continues with ``selfcaps run poe --out RUN --resume``); ``report``
+prints, per arm: classes covered and mean purity in the restricted domain (how
+docs/methods/poe.md scores Fig. 2) and in the complete one, per seed, with mean and standard
 deviation. Any extra ``key=value`` after ``--`` goes to every run (``--data mnist`` etc.).
 
 Usage::
@@ -24,6 +25,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from selfcaps.cli.rundir import resume_args, run_finished
 
 PRESET = "center_parents_sparse"
 
@@ -60,7 +63,7 @@ def arm_table(root: Path) -> list[str]:
     arms: dict[str, dict[int, dict[str, float]]] = {}
     for run in sorted(root.iterdir()):
         arm, _, seed = run.name.rpartition("_s")
-        if arm in ARMS and seed.isdigit() and (run / "metrics.json").is_file():
+        if arm in ARMS and seed.isdigit() and run_finished(run):
             m = json.loads((run / "metrics.json").read_text())
             arms.setdefault(arm, {})[int(seed)] = {c: float(m[k]) for c, k in COLUMNS if k in m}
     out = [
@@ -99,9 +102,12 @@ def main() -> None:
         return
     for seed in args.seeds:
         for arm in args.arms:
-            if (args.out / f"{arm}_s{seed}" / "metrics.json").is_file():
+            run_dir = args.out / f"{arm}_s{seed}"
+            if run_finished(run_dir):
                 continue
-            subprocess.run(command(args.out, arm, seed, extra), check=True)
+            resume = resume_args("poe", run_dir)  # SIGTERM, a crash: continue, not restart
+            cmd = [sys.executable, "-m", "selfcaps", *resume] if resume else None
+            subprocess.run(cmd or command(args.out, arm, seed, extra), check=True)
 
 
 if __name__ == "__main__":

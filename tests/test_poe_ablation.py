@@ -57,3 +57,26 @@ def test_poe_ablation_report_by_arm_and_seed(tmp_path):
     assert full[3] == "7.0 +- 1.4 (8, 6)" and full[4] == "75.0 +- 7.1 (80, 70)"
     assert full[5] == "-"  # the complete domain's keys are absent from these runs
     assert rows[3].startswith("| no_sparsity | cd.sparsity=0 | 1 | 1.0 (1) | 99.0 (99) |")
+
+
+def test_poe_ablation_resumes_a_stopped_run_and_reports_only_finished_ones(tmp_path, monkeypatch):
+    module = _poe_ablation()
+    finished, stopped = tmp_path / "full_s0", tmp_path / "full_s1"
+    for run in (finished, stopped):
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (finished / "metrics.json").write_text(json.dumps({"purity_classes_covered": 9}))
+    # what SIGTERM leaves: a metrics.json without evaluation, marked as stopped by a signal
+    (stopped / "metrics.json").write_text(json.dumps({"stopped_by": "signal"}))
+    calls = []
+    monkeypatch.setattr(module.subprocess, "run", lambda cmd, check: calls.append(cmd[1:]))
+    argv = ["poe_ablation.py", "run", str(tmp_path), "--arms", "full"]
+    monkeypatch.setattr(module.sys, "argv", argv)
+    module.main()
+    resume = ["-m", "selfcaps", "run", "poe", "--out", str(stopped), "--resume", "--no-progress"]
+    assert calls[0] == resume
+    assert calls[1][:4] == ["-m", "selfcaps", "run", "poe"]
+    assert str(tmp_path / "full_s2") in calls[1]
+    assert len(calls) == 2  # seed 0 is finished: not run again
+    rows = module.arm_table(tmp_path)
+    assert rows[2].startswith("| full | (the preset) | 1 |")  # the stopped seed is left out

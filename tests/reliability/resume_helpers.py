@@ -70,9 +70,12 @@ def assert_same_run(ref, run, csv_too: bool = True) -> None:
     assert la["lr_schedulers"] == lb["lr_schedulers"]
     ma = json.loads((ref / "metrics.json").read_text())
     mb = json.loads((run / "metrics.json").read_text())
-    assert {k: v for k, v in ma.items() if k not in TIMING} == {
-        k: v for k, v in mb.items() if k not in TIMING
+    differ = {
+        k: (ma.get(k), mb.get(k))
+        for k in (ma.keys() | mb.keys()) - TIMING
+        if ma.get(k) != mb.get(k) or (k in ma) != (k in mb)
     }
+    assert not differ, f"metrics.json differs (reference, resumed): {differ}"
     if csv_too:
         assert csv_rows(ref) == csv_rows(run)
     assert not list(run.rglob("*.tmp"))
