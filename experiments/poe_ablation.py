@@ -106,8 +106,11 @@ def main() -> None:
             if run_finished(run_dir):
                 continue
             resume = resume_args("poe", run_dir)  # SIGTERM, a crash: continue, not restart
-            cmd = [sys.executable, "-m", "selfcaps", *resume] if resume else None
-            subprocess.run(cmd or command(args.out, arm, seed, extra), check=True)
+            if resume is not None:
+                cmd = [sys.executable, "-m", "selfcaps", *resume]
+            else:
+                cmd = command(args.out, arm, seed, extra)
+            subprocess.run(cmd, check=True)
 
 
 if __name__ == "__main__":
