@@ -21,6 +21,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from selfcaps.cli.rundir import run_finished
 from selfcaps.eval.paired import paired_comparison
 
 PROBE = ("probe_cls_loss", "probe_ot_loss", "probe_grad_cls", "probe_grad_ot", "probe_grad_cos")
@@ -115,7 +116,7 @@ def main() -> None:
     p.add_argument("--trace", nargs="*", default=[], help="runs whose probe trace to print")
     p.add_argument("--every", type=int, default=20, help="loss.probe_every of the runs")
     args = p.parse_args()
-    runs = sorted(d for d in args.root.iterdir() if (d / "metrics.json").exists())
+    runs = sorted(d for d in args.root.iterdir() if run_finished(d))  # not a stopped run
     rows = [summary(r) for r in runs]
     if rows:
         keys = list(rows[0])

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from selfcaps.cli.rundir import run_finished
 from selfcaps.config_checks.labels import label_suffix
 from selfcaps.eval.paired import paired_comparison
 
@@ -41,8 +42,8 @@ def main() -> None:
         # keys: finetune_top1_lf10_ls1_ft20 (a subset), finetune_top1_ft20_seed1 (a finetuning)
         draw = "" if seed == pre_seed else f"{other}{seed}"
         key = f"finetune_top1{sfx}" + (ft + draw if every else draw + ft)
-        if key not in pre or not (scratch_dir / "metrics.json").is_file():
-            continue  # not finished (yet)
+        if key not in pre or not run_finished(scratch_dir):
+            continue  # not finished (yet), or stopped by a signal
         scratch = _load(scratch_dir)
         rows.append((seed, float(pre[key]), float(scratch[f"finetune_top1{sfx}"]), scratch))
     minutes = pre.get("train_time_s", float("nan")) / 60

@@ -43,6 +43,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from selfcaps.cli.rundir import resume_args, run_finished
 from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
 
 VARIANTS = ("sparse", "dense")
@@ -78,11 +79,37 @@ def train_and_evaluate(
 ) -> None:
     """One ``selfcaps run sparsecaps`` of the ladder (skipped if already finished).
 
+    A run that a stop signal interrupted (its ``metrics.json`` says ``stopped_by: signal``)
+    or that crashed after a checkpoint is continued with ``--resume`` from its
+    ``last.ckpt``, under its saved configuration, instead of being counted as finished.
+
     ``pixels``: also fit the SVMs on raw pixels (``eval.baselines``).
     """
-    if (target / "metrics.json").exists():
+    if run_finished(target):
         return
-    cmd = [
+    resume = resume_args("sparsecaps", target)
+    cmd = (
+        [sys.executable, "-m", "selfcaps", *resume]
+        if resume
+        else _fresh_command(target, steps, variant, seed, args, pixels)
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with (target.parent / f"{target.name}.log").open("a" if resume else "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+    minutes = (time.time() - t0) / 60
+    load = os.getloadavg()[0]
+    print(f"{target}: {minutes:.1f} min (load {load:.1f})", flush=True)
+
+
+def _fresh_command(
+    target: Path, steps: int, variant: str, seed: int, args: argparse.Namespace, pixels: bool
+) -> list[str]:
+    """The ``selfcaps run sparsecaps`` command that trains and evaluates one run from scratch."""
+    return [
         sys.executable,
         "-m",
         "selfcaps",
@@ -111,22 +138,14 @@ def train_and_evaluate(
         f"eval.baselines={str(pixels).lower()}",
         *args.overrides,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    with (target.parent / f"{target.name}.log").open("w") as log:
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
-        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
-    minutes = (time.time() - t0) / 60
-    load = os.getloadavg()[0]
-    print(f"{target}: {minutes:.1f} min (load {load:.1f})", flush=True)
 
 
 def collect(out: Path) -> list[dict[str, object]]:
-    """One row per finished run under ``out``."""
+    """One row per finished run under ``out`` (runs a stop signal interrupted are left out)."""
     rows: list[dict[str, object]] = []
     for path in sorted(out.glob("steps*/*_seed*/metrics.json")):
+        if not run_finished(path.parent):
+            continue
         m = json.loads(path.read_text())
         variant, seed = path.parent.name.rsplit("_seed", 1)
         row: dict[str, object] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 from pathlib import Path
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 from experiments import docs_figures
 from PIL import Image
+
+from tests.scripts import fake_run
 
 
 def _noise_png(path: Path, width: int, height: int) -> None:
@@ -75,3 +78,25 @@ def test_collect_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("method: coca\n")
     with pytest.raises(FileNotFoundError, match=r"metrics\.json is missing"):
         docs_figures.collect(tmp_path, max_side=720, max_kb=150, command=None)
+
+
+def test_run_continues_a_stopped_run_and_records_the_original_command(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run SIGTERM stopped (metrics.json with stopped_by: signal, no evaluation) is resumed,
+    not collected as finished; figures.json keeps the command that made the run."""
+    run = fake_run(tmp_path / "coca_quick_mnist5k", {"stopped_by": "signal"})
+    calls, collected = [], []
+    monkeypatch.setattr(docs_figures.subprocess, "run", lambda cmd, **kw: calls.append(cmd[1:]))
+    monkeypatch.setattr(docs_figures, "collect", lambda d, **kw: collected.append(kw["command"]))
+    run_options = dict(method="coca", preset="quick", data="mnist5k", threads=1, seed=0)
+    args = argparse.Namespace(
+        **run_options, runs_root=str(tmp_path), overrides=[], max_side=720, max_kb=150
+    )
+    docs_figures.run_and_collect(args)
+    assert calls == [["-m", "selfcaps", "run", "coca", "--out", str(run), "--resume",
+                      "--no-progress"]]  # fmt: skip
+    assert collected[0].startswith("selfcaps run coca --preset quick --data mnist5k")
+    (run / "metrics.json").write_text(json.dumps({"knn_top1_backbone": 90.0}))  # finished
+    docs_figures.run_and_collect(args)
+    assert len(calls) == 1 and collected[1] is None  # collected as it is, not trained again

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tests.scripts import load_script
+from tests.scripts import fake_run, load_script
 
 
 def load_report():
@@ -60,6 +60,7 @@ def test_label_efficiency_table_pairs_subsets_and_ignores_log_files(tmp_path, mo
     module = load_script("mcae_label_efficiency_report")
     pre = {"pretrain_epochs": 20, "pretrain_val_mse": 0.015, "train_time_s": 600.0}
     pre |= {"finetune_top1_lf1_ft100": 29.0, "finetune_top1_lf1_ls1_ft100": 28.0}
+    pre |= {"finetune_top1_lf1_ls2_ft100": 27.0}
     (tmp_path / "pretrained_s0").mkdir()
     (tmp_path / "pretrained_s0" / "metrics.json").write_text(json.dumps(pre))
     for seed, top1 in ((0, 33.0), (1, 32.0)):
@@ -68,12 +69,14 @@ def test_label_efficiency_table_pairs_subsets_and_ignores_log_files(tmp_path, mo
         metrics = {"finetune_top1_lf1": top1, "finetune_time_s_lf1": 360.0}
         (run / "metrics.json").write_text(json.dumps(metrics))
         (tmp_path / f"scratch_ft100_s{seed}.log").write_text("a run's console log\n")
+    fake_run(tmp_path / "scratch_ft100_s2", {"stopped_by": "signal"})  # SIGTERM'd: no row
     (tmp_path / "pretrained_s0.log").write_text("")
     argv = ["report", str(tmp_path), "--fraction", "0.01", "--finetune-epochs", "100"]
     monkeypatch.setattr("sys.argv", argv)
     module.main()
     out = capsys.readouterr().out
     assert "| 0 | 29.00 | 33.00 | -4.00 |" in out and "| 1 | 28.00 | 32.00 | -4.00 |" in out
+    assert "| 2 |" not in out
     # differences -4, -4: sd 0, so the interval is the point
     assert "| 28.50 +- 0.71 | 32.50 +- 0.71 | -4.00 [-4.00, -4.00] |" in out
 
@@ -125,3 +128,32 @@ def test_sparsecaps_ladder_reads_both_metrics_layouts(tmp_path):
     assert rung["sparse v - dense, paired"]["mean"] == 7.5  # (62 - 55 + 64 - 56) / 2
     assert rung["sparse v' - dense, paired"]["mean"] == -18.5  # (36 - 55 + 38 - 56) / 2
     assert rung["sparse, v (headline: section 2.3, reference code)"]["mean"] == 63.0
+
+
+def test_sparsecaps_ladder_resumes_a_stopped_run_and_leaves_it_out_of_the_table(
+    tmp_path, monkeypatch
+):
+    """A SIGTERM'd run (metrics.json with stopped_by: signal) is continued, not skipped, and
+    its empty SVM columns never reach ladder.csv; a finished run is not trained again."""
+    module = load_script("sparsecaps_ladder")
+    fake_run(module.run_dir(tmp_path, 300, "sparse", 0), {"svm_affnist_a": 40.0})
+    stopped = fake_run(module.run_dir(tmp_path, 300, "dense", 0), {"stopped_by": "signal"})
+    assert [(r["variant"], r["svm_affnist_a"]) for r in module.collect(tmp_path)] == [
+        ("sparse", 40.0)
+    ]
+    (tmp_path / "steps300" / "dense_seed0.log").write_text("the first leg's log\n")
+    calls = []
+    monkeypatch.setattr(module.subprocess, "run", lambda cmd, **kw: calls.append(cmd[1:]))
+    monkeypatch.setattr(module, "write_outputs", lambda out, figure: None)
+    module.main(["--out", str(tmp_path), "--data-root", str(tmp_path), "--steps", "300",
+                 "--seeds", "0", "1"])  # fmt: skip
+    assert calls[0] == ["-m", "selfcaps", "run", "sparsecaps", "--out", str(stopped),
+                        "--resume", "--no-progress"]  # fmt: skip
+    fresh = [c for c in calls[1:] if c[:4] == ["-m", "selfcaps", "run", "sparsecaps"]]
+    assert [c[c.index("--out") + 1] for c in fresh] == [
+        str(module.run_dir(tmp_path, 300, v, 1)) for v in ("sparse", "dense")
+    ]
+    assert len(calls) == 3  # sparse seed 0 is finished: not run again
+    assert "--resume" not in calls[1] and "eval.baselines=false" in calls[1]
+    log = (tmp_path / "steps300" / "dense_seed0.log").read_text()
+    assert log.startswith("the first leg's log\n") and "--resume" in log  # appended to

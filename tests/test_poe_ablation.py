@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tests.scripts import load_script
+from tests.scripts import fake_run, load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "poe_ablation.py"
 
@@ -61,13 +61,8 @@ def test_poe_ablation_report_by_arm_and_seed(tmp_path):
 
 def test_poe_ablation_resumes_a_stopped_run_and_reports_only_finished_ones(tmp_path, monkeypatch):
     module = _poe_ablation()
-    finished, stopped = tmp_path / "full_s0", tmp_path / "full_s1"
-    for run in (finished, stopped):
-        (run / "checkpoints").mkdir(parents=True)
-        (run / "checkpoints" / "last.ckpt").write_bytes(b"")
-    (finished / "metrics.json").write_text(json.dumps({"purity_classes_covered": 9}))
-    # what SIGTERM leaves: a metrics.json without evaluation, marked as stopped by a signal
-    (stopped / "metrics.json").write_text(json.dumps({"stopped_by": "signal"}))
+    fake_run(tmp_path / "full_s0", {"purity_classes_covered": 9})  # finished
+    stopped = fake_run(tmp_path / "full_s1", {"stopped_by": "signal"})
     calls = []
     monkeypatch.setattr(module.subprocess, "run", lambda cmd, check: calls.append(cmd[1:]))
     argv = ["poe_ablation.py", "run", str(tmp_path), "--arms", "full"]
