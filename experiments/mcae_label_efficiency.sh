@@ -23,6 +23,7 @@
 # the scratch runs finetune on all 45,000 labelled images.
 # Report: experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction F]
 set -euo pipefail
+source "$(dirname "$0")/run_state.sh"
 out=$1
 epochs=${PRETRAIN_EPOCHS:-20}
 fraction=${FRACTION:-0.1}
@@ -40,7 +41,7 @@ else
   common+=("eval.label_fraction=$fraction")
 fi
 pre="$out/pretrained_s$pre_seed"
-[ -f "$pre/metrics.json" ] || python -m selfcaps run mcae --out "$pre" --seed "$pre_seed" \
+finished "$pre" || python -m selfcaps run mcae --out "$pre" --resume --seed "$pre_seed" \
   --pretrain-epochs "$epochs" "${common[@]}"
 for s in $seeds; do
   scratch="$out/scratch_s$s"
@@ -53,6 +54,6 @@ for s in $seeds; do
     python -m selfcaps eval "$pre" --protocol finetune "${labels[@]}" "${draw[@]}" "$s" \
       "${ft_args[@]}" --threads 1 --no-progress
   fi
-  [ -f "$scratch/metrics.json" ] || python -m selfcaps run mcae --out "$scratch" \
+  finished "$scratch" || python -m selfcaps run mcae --out "$scratch" --resume \
     --seed "$s" --pretrain-epochs 0 "${ft_args[@]}" "${common[@]}"
 done

@@ -13,6 +13,7 @@
 # finetuning key is not what the sweep compares). Report:
 #   python experiments/mcae_mask_ratio_report.py OUT_DIR
 set -euo pipefail
+source "$(dirname "$0")/run_state.sh"
 out=$1
 epochs=${PRETRAIN_EPOCHS:-1}
 ratios=${RATIOS:-0.25 0.5 0.75}
@@ -25,12 +26,12 @@ probe() {  # RUN_DIR: the linear probe on the frozen capsules, once
 }
 for s in $seeds; do  # seeds outermost: a sweep cut short still pairs every ratio it reached
   run="$out/untrained_s$s"
-  [ -f "$run/metrics.json" ] || python -m selfcaps run mcae --out "$run" --seed "$s" \
+  finished "$run" || python -m selfcaps run mcae --out "$run" --resume --seed "$s" \
     --pretrain-epochs 0 "${common[@]}"
   probe "$run"
   for r in $ratios; do
     run="$out/mask${r}_s$s"
-    [ -f "$run/metrics.json" ] || python -m selfcaps run mcae --out "$run" --seed "$s" \
+    finished "$run" || python -m selfcaps run mcae --out "$run" --resume --seed "$s" \
       --pretrain-epochs "$epochs" "model.mask_ratio=$r" "${common[@]}"
     probe "$run"
   done
