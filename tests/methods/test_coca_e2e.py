@@ -1,6 +1,7 @@
 """End-to-end CoCa runs on a tiny budget: every file of the run directory, resume."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -179,3 +180,17 @@ def test_weights_digest_tells_weights_apart_and_ignores_nothing():
     before = weights_digest(bn)
     bn.running_mean += 1  # buffers count: the statistics are part of what is evaluated
     assert weights_digest(bn) != before
+
+
+def test_eval_of_a_run_a_signal_stopped_says_it_is_unfinished(run_dir, tmp_path, capsys):
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run_dir, stopped)
+    m = json.loads((stopped / "metrics.json").read_text())
+    m |= {"stopped_by": "signal", "epochs_trained": 0, "epochs_planned": 1}
+    (stopped / "metrics.json").write_text(json.dumps(m))
+    assert main(["eval", str(stopped), "--protocol", "knn", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{stopped} was stopped by a signal after 0 of 1 epochs" in err
+    assert f"selfcaps run coca --out {stopped} --resume" in err
+    assert main(["eval", str(run_dir), "--protocol", "knn", "--no-progress"]) == 0
+    assert "stopped by a signal" not in capsys.readouterr().err  # a finished run: no warning

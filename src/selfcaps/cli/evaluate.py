@@ -30,6 +30,7 @@ keys are the ones ``selfcaps run`` writes and replace them in ``metrics.json``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -42,6 +43,7 @@ from selfcaps.cli.config import (
     parse_overrides,
 )
 from selfcaps.cli.run import resolve_data_root
+from selfcaps.cli.rundir import stopped_by_signal
 from selfcaps.config_checks.labels import check_label_request
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
@@ -146,6 +148,7 @@ def run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
     cfg, source = run_config(args)  # these checks come before torch is imported
+    _warn_if_stopped(args.run_dir, str(cfg.method), args.checkpoint)
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
     if args.protocol == "method":
         given = [
@@ -236,6 +239,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     metrics = {f"{k}{tag}": v for k, v in metrics.items()}
     title = f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})"
     return _save_and_print(args.run_dir, metrics, title)
+
+
+def _warn_if_stopped(run_dir: Path, method: str, checkpoint: str) -> None:
+    """Say on stderr that a run a stop signal interrupted is being evaluated unfinished."""
+    stopped = stopped_by_signal(run_dir)
+    if stopped is None:
+        return
+    done, planned = stopped.get("epochs_trained", "?"), stopped.get("epochs_planned", "?")
+    print(
+        f"warning: {run_dir} was stopped by a signal after {done} of {planned} epochs "
+        f"(metrics.json: stopped_by: signal); this evaluates the {checkpoint}.ckpt of an "
+        f"unfinished run. `selfcaps run {method} --out {run_dir} --resume` finishes it.",
+        file=sys.stderr,
+    )
 
 
 def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:

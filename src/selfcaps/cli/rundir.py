@@ -5,8 +5,8 @@ creates anything; :func:`can_create` checks the output location without creating
 it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
 :func:`run_finished` tells a finished run from one a stop signal interrupted (both
-have a ``metrics.json``), and :func:`resume_args` gives the command that continues an
-interrupted one.
+have a ``metrics.json``; :func:`stopped_by_signal` reads the latter), and
+:func:`resume_args` gives the command that continues an interrupted one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,26 @@ from pathlib import Path
 
 from selfcaps.methods.atomic import check_writable
 
-__all__ = ["can_create", "make_run_dir", "remove_if_empty", "resume_args", "run_finished"]
+__all__ = [
+    "can_create",
+    "make_run_dir",
+    "remove_if_empty",
+    "resume_args",
+    "run_finished",
+    "stopped_by_signal",
+]
+
+
+def _metrics(run_dir: Path) -> dict | None:
+    """The run's ``metrics.json`` as a dict, or None if it is missing or unreadable."""
+    path = Path(run_dir) / "metrics.json"
+    if not path.is_file():
+        return None
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return metrics if isinstance(metrics, dict) else None
 
 
 def run_finished(run_dir: Path) -> bool:
@@ -27,14 +46,19 @@ def run_finished(run_dir: Path) -> bool:
     and no evaluation; ``--resume`` finishes it. An unreadable ``metrics.json`` counts as
     not finished.
     """
-    path = Path(run_dir) / "metrics.json"
-    if not path.is_file():
-        return False
-    try:
-        metrics = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(metrics, dict) and metrics.get("stopped_by") != "signal"
+    metrics = _metrics(run_dir)
+    return metrics is not None and metrics.get("stopped_by") != "signal"
+
+
+def stopped_by_signal(run_dir: Path) -> dict | None:
+    """The ``metrics.json`` of a run that a stop signal interrupted, or None for any other run.
+
+    Examples:
+        >>> stopped_by_signal(Path("/nonexistent")) is None
+        True
+    """
+    metrics = _metrics(run_dir)
+    return metrics if metrics is not None and metrics.get("stopped_by") == "signal" else None
 
 
 def resume_args(method: str, run_dir: Path) -> list[str] | None:
