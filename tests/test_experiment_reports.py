@@ -157,3 +157,17 @@ def test_sparsecaps_ladder_resumes_a_stopped_run_and_leaves_it_out_of_the_table(
     assert "--resume" not in calls[1] and "eval.baselines=false" in calls[1]
     log = (tmp_path / "steps300" / "dense_seed0.log").read_text()
     assert log.startswith("the first leg's log\n") and "--resume" in log  # appended to
+
+
+def test_encapnet_feedback_report_leaves_out_a_run_a_signal_stopped(tmp_path, monkeypatch, capsys):
+    cfg = "seed: 0\nloss:\n  probe_every: 0\n  ot: false\n"
+    metrics = {"variant": "master", "steps": 200, "train_time_s": 60.0}
+    metrics |= {"best_val_top1": 41.0, "test_top1": 40.5}
+    for name, m in (("off_s0", metrics), ("off_s1", {"stopped_by": "signal", "steps": 90})):
+        run = fake_run(tmp_path / name, m)
+        (run / "config.yaml").write_text(cfg)
+    monkeypatch.setattr("sys.argv", ["report", str(tmp_path)])
+    load_report().main()
+    out = capsys.readouterr().out
+    assert "| off_s0 | 0 | master | off | 200 | 60 | 41.00 | 40.50 | - |" in out
+    assert "off_s1" not in out  # the old report raised a KeyError on it
