@@ -11,7 +11,7 @@ table, one row per run, and writes ``reconstruction.json`` into each run directo
 
 Example:
     python experiments/sparsecaps_reconstruction.py RUNS/sparse_s0 RUNS/dense_s0 \
-        --data-root DIR --threads 1
+        --data-root DIR --threads 1 [--checkpoint last]
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from selfcaps.methods.trained import load_method, run_config
 PAPER = {"mnist": 7.75, "affnist": 18.49}
 
 
-def reconstruction_errors(run: Path, data_root: str, affnist_images: int) -> dict[str, float]:
-    """``recon_error_mnist`` and ``recon_error_affnist`` of a run's ``best.ckpt``."""
+def reconstruction_errors(
+    run: Path, data_root: str, affnist_images: int, checkpoint: str = "best"
+) -> dict[str, float | int | str]:
+    """``recon_error_mnist`` and ``recon_error_affnist`` of a run's best or last checkpoint."""
     cfg = run_config(run)
     cfg["data"]["root"] = data_root
-    method = load_method(run, cfg=cfg)
+    method = load_method(run, checkpoint, cfg=cfg)
     train_tf, eval_tf = method.build_transforms()
     dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source="--data-root")
     test = dm.split("test")
@@ -49,6 +51,7 @@ def reconstruction_errors(run: Path, data_root: str, affnist_images: int) -> dic
         "mnist_images": len(test),
         "affnist_images": len(idx),
         "affnist_source": source,
+        "checkpoint": f"{checkpoint}.ckpt",
     }
 
 
@@ -59,11 +62,18 @@ def main() -> None:
     p.add_argument("--data-root", required=True)
     p.add_argument("--affnist-images", type=int, default=5000)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--checkpoint",
+        choices=("best", "last"),
+        default="best",
+        help="best.ckpt (lowest validation loss, selfcaps' default) or last.ckpt (the final "
+        "step, the checkpoint the paper evaluates)",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print("| run | variant | MNIST | affNIST |\n|---|---|---|---|")
     for run in args.runs:
-        r = reconstruction_errors(run, args.data_root, args.affnist_images)
+        r = reconstruction_errors(run, args.data_root, args.affnist_images, args.checkpoint)
         (run / "reconstruction.json").write_text(json.dumps(r, indent=1))
         print(
             f"| {run.name} | {r['variant']} | {r['recon_error_mnist']:.2f} "

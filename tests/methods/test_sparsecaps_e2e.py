@@ -153,10 +153,14 @@ def test_reconstruction_error_is_the_training_loss_on_every_test_image(run_dir):
 
 @pytest.mark.filterwarnings("ignore:affnist")
 def test_the_reconstruction_script_repeats_the_evaluations_mnist_value(run_dir, data_root):
-    errors = load_script("sparsecaps_reconstruction").reconstruction_errors(run_dir, data_root, 20)
+    script = load_script("sparsecaps_reconstruction")
+    errors = script.reconstruction_errors(run_dir, data_root, 20)
     m = json.loads((run_dir / "metrics.json").read_text())
     assert errors["recon_error_mnist"] == pytest.approx(m["recon_error_mnist"], rel=1e-5)
     assert errors["affnist_images"] == 20 and errors["variant"] == "sparse"
+    assert errors["checkpoint"] == "best.ckpt"
+    last = script.reconstruction_errors(run_dir, data_root, 20, checkpoint="last")
+    assert last["checkpoint"] == "last.ckpt" and last["recon_error_mnist"] > 0
 
 
 def test_weights_load_without_lightning(run_dir):
