@@ -42,7 +42,7 @@ from selfcaps.cli.config import (
     load_yaml,
     parse_overrides,
 )
-from selfcaps.cli.run import resolve_data_root
+from selfcaps.cli.run import resolve_data_root, resume_command
 from selfcaps.cli.rundir import stopped_by_signal
 from selfcaps.config_checks.labels import check_label_request
 from selfcaps.data.layouts import check_files_present
@@ -250,7 +250,8 @@ def _warn_if_stopped(run_dir: Path, method: str, checkpoint: str) -> None:
     print(
         f"warning: {run_dir} was stopped by a signal after {done} of {planned} epochs "
         f"(metrics.json: stopped_by: signal); this evaluates the {checkpoint}.ckpt of an "
-        f"unfinished run. `selfcaps run {method} --out {run_dir} --resume` finishes it.",
+        f"unfinished run. `{resume_command(argparse.Namespace(method=method), run_dir)}` "
+        "finishes it.",
         file=sys.stderr,
     )
 
