@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from PIL import Image
 
-from selfcaps.cli.rundir import resume_args, run_finished
+from selfcaps.cli.rundir import args_to_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_FIGURES = ROOT / "docs" / "figures"
@@ -150,20 +150,19 @@ def collect(run_dir: Path, *, max_side: int, max_kb: float, command: str | None)
 def run_and_collect(args: argparse.Namespace) -> Path:
     """Train one run with ``selfcaps run`` from this checkout, then collect its figures."""
     run_dir = Path(args.runs_root) / f"{args.method}_{args.preset}_{args.data}"
-    if run_finished(run_dir):
-        print(f"{run_dir} is finished; collecting it (delete it to train again)")
-        return collect(run_dir, max_side=args.max_side, max_kb=args.max_kb, command=None)
     cli = ["selfcaps", "run", args.method, "--preset", args.preset, "--data", args.data]
     cli += ["--threads", str(args.threads), "--seed", str(args.seed), "--no-progress"]
     cli += args.overrides
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     # A run a stop signal interrupted continues from its last checkpoint, under its saved
     # configuration (the same as cli's), instead of being collected without its evaluation.
-    resume = resume_args(args.method, run_dir)
-    to_run = ["selfcaps", *resume] if resume else [*cli, "--out", str(run_dir)]
-    print("+", shlex.join(to_run), flush=True)
-    subprocess.run([sys.executable, "-m", *to_run], env=env, check=True)
+    to_run = args_to_run(args.method, run_dir, [*cli[1:], "--out", str(run_dir)])
+    if to_run is None:
+        print(f"{run_dir} is finished; collecting it (delete it to train again)")
+        return collect(run_dir, max_side=args.max_side, max_kb=args.max_kb, command=None)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    print("+", shlex.join(["selfcaps", *to_run]), flush=True)
+    subprocess.run([sys.executable, "-m", "selfcaps", *to_run], env=env, check=True)
     # The recorded command leaves out --out: the run directory is local to the machine.
     return collect(run_dir, max_side=args.max_side, max_kb=args.max_kb, command=shlex.join(cli))
 

@@ -48,10 +48,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfcaps.cli.rundir import resume_args, run_finished
+from selfcaps.cli.rundir import args_to_run
 
 #: Training images of CIFAR-10 after the 5,000 validation images are carved out; batch size.
 TRAIN_IMAGES, BATCH = 45_000, 128
+#: How every run is started: this interpreter, with the ``selfcaps`` it imports.
+SELFCAPS = (sys.executable, "-m", "selfcaps")
 STEPS_PER_EPOCH = TRAIN_IMAGES // BATCH  # 351 (the last partial batch is dropped)
 
 _ONE_UNIT = "[[1,0,-1],[2,0,-1],[3,0,-1]]"  # Fig. 3(a) in every module
@@ -222,8 +224,8 @@ def command(out: Path, arm: str, seed: int, steps: int, data_root: str) -> list[
         "trainer.max_time=null",
     ]
     return [
-        sys.executable,
-        *("-m", "selfcaps", "run", "encapnet", "--out", str(out / f"{arm}_s{seed}")),
+        *SELFCAPS,
+        *("run", "encapnet", "--out", str(out / f"{arm}_s{seed}")),
         *common,
         *budget_args(steps),
         *("--seed", str(seed)),
@@ -243,17 +245,18 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     for arm in arms_of(args.case):
         for seed in args.seeds:
-            cmd = command(args.out, arm, seed, args.steps, args.data_root)
+            fresh = command(args.out, arm, seed, args.steps, args.data_root)
             run_dir = args.out / f"{arm}_s{seed}"
             metrics = run_dir / "metrics.json"
-            done = run_finished(run_dir)
+            n = len(SELFCAPS)
+            to_run = args_to_run("encapnet", run_dir, fresh[n:])  # a stopped run resumes
+            done = to_run is None
             if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:
                 raise SystemExit(
                     f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            if (resume := resume_args("encapnet", run_dir)) is not None:  # SIGTERM, a crash
-                cmd = [sys.executable, "-m", "selfcaps", *resume]
+            cmd = [*SELFCAPS, *(fresh[n:] if done else to_run)]
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

@@ -26,9 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from selfcaps.cli.rundir import resume_args, run_finished
+from selfcaps.cli.rundir import args_to_run, run_finished
 
 PRESET = "center_parents_sparse"
+#: How every run is started: this interpreter, with the ``selfcaps`` it imports.
+SELFCAPS = (sys.executable, "-m", "selfcaps")
 
 #: Arm -> overrides of the preset: ``full`` is the preset, each other arm drops one change.
 ARMS: dict[str, tuple[str, ...]] = {
@@ -52,7 +54,7 @@ COLUMNS = (
 def command(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
     """The ``selfcaps run`` command of one run."""
     return [
-        sys.executable, "-m", "selfcaps", "run", "poe", "--preset", PRESET,
+        *SELFCAPS, "run", "poe", "--preset", PRESET,
         "--out", str(out / f"{arm}_s{seed}"), "--seed", str(seed),
         "--threads", "1", "--no-progress", *ARMS[arm], *extra,
     ]  # fmt: skip
@@ -102,15 +104,11 @@ def main() -> None:
         return
     for seed in args.seeds:
         for arm in args.arms:
-            run_dir = args.out / f"{arm}_s{seed}"
-            if run_finished(run_dir):
-                continue
-            resume = resume_args("poe", run_dir)  # SIGTERM, a crash: continue, not restart
-            if resume is not None:
-                cmd = [sys.executable, "-m", "selfcaps", *resume]
-            else:
-                cmd = command(args.out, arm, seed, extra)
-            subprocess.run(cmd, check=True)
+            fresh = command(args.out, arm, seed, extra)
+            # Finished: skip; SIGTERM, a crash: continue, not restart.
+            to_run = args_to_run("poe", args.out / f"{arm}_s{seed}", fresh[len(SELFCAPS) :])
+            if to_run is not None:
+                subprocess.run([*SELFCAPS, *to_run], check=True)
 
 
 if __name__ == "__main__":

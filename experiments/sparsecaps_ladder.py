@@ -43,7 +43,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from selfcaps.cli.rundir import resume_args, run_finished
+from selfcaps.cli.rundir import args_to_run, run_finished
 from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
 
 VARIANTS = ("sparse", "dense")
@@ -85,14 +85,12 @@ def train_and_evaluate(
 
     ``pixels``: also fit the SVMs on raw pixels (``eval.baselines``).
     """
-    if run_finished(target):
+    fresh = _fresh_args(target, steps, variant, seed, args, pixels)
+    to_run = args_to_run("sparsecaps", target, fresh)
+    if to_run is None:
         return
-    resume = resume_args("sparsecaps", target)
-    cmd = (
-        [sys.executable, "-m", "selfcaps", *resume]
-        if resume
-        else _fresh_command(target, steps, variant, seed, args, pixels)
-    )
+    resume = "--resume" in to_run
+    cmd = [sys.executable, "-m", "selfcaps", *to_run]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -105,14 +103,11 @@ def train_and_evaluate(
     print(f"{target}: {minutes:.1f} min (load {load:.1f})", flush=True)
 
 
-def _fresh_command(
+def _fresh_args(
     target: Path, steps: int, variant: str, seed: int, args: argparse.Namespace, pixels: bool
 ) -> list[str]:
-    """The ``selfcaps run sparsecaps`` command that trains and evaluates one run from scratch."""
+    """The ``selfcaps run sparsecaps`` arguments that train and evaluate one run from scratch."""
     return [
-        sys.executable,
-        "-m",
-        "selfcaps",
         "run",
         "sparsecaps",
         "--preset",

@@ -109,3 +109,43 @@ def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
     assert encapnet.values()["notes"] == "variant master_aide"
     encapnet.metrics.update(stopped_by="max_time", epochs_trained=1, epochs_planned=3)
     assert encapnet.values()["notes"] == "variant master_aide; stopped by max_time: 1 of 3 epochs"
+
+
+@pytest.mark.parametrize("state", ["fresh", "stopped", "finished"])
+def test_execute_starts_resumes_with_the_budget_or_skips(tmp_path, monkeypatch, state):
+    """A stopped row resumes under its saved configuration plus the row's --max-time only."""
+    from selfcaps.cli import suite_runs
+    from selfcaps.methods.atomic import atomic_write_text
+
+    run_dir = tmp_path / "coca"
+    budget = ["--max-time", "00:00:05:00"]
+    command = ["selfcaps", "run", "coca", "--out", str(run_dir), *budget]
+    if state != "fresh":
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+        stop = "signal" if state == "stopped" else "epochs"
+        atomic_write_text(run_dir / "metrics.json", json.dumps({"stopped_by": stop}))
+    calls = []
+
+    class Done:
+        returncode, stdout, stderr = 0, "", ""
+
+    def fake_run(cmd, **kwargs):  # the run ends and writes its metrics.json
+        calls.append(cmd)
+        run_dir.mkdir(exist_ok=True)
+        atomic_write_text(run_dir / "metrics.json", json.dumps({"stopped_by": "epochs"}))
+        return Done
+
+    monkeypatch.setattr(suite_runs.subprocess, "run", fake_run)
+    row = BenchRow(dataset="mnist5k", method="coca", run_dir=run_dir, command=command)
+    suite_runs.execute(row)
+    expected = {
+        "fresh": command[1:],
+        "stopped": [*("run", "coca", "--out", str(run_dir), "--resume", "--no-progress"), *budget],
+        "finished": None,
+    }[state]
+    if expected is None:
+        assert calls == [] and row.status == "done (earlier)"
+    else:
+        assert [c[3:] for c in calls] == [expected]  # after "python -m selfcaps"
+        assert row.status == "done"

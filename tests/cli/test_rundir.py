@@ -6,7 +6,13 @@ import stat
 import pytest
 
 from selfcaps.cli.main import main
-from selfcaps.cli.rundir import make_run_dir, remove_if_empty, resume_args, run_finished
+from selfcaps.cli.rundir import (
+    args_to_run,
+    make_run_dir,
+    remove_if_empty,
+    resume_args,
+    run_finished,
+)
 from selfcaps.methods.atomic import atomic_write_text
 
 
@@ -100,3 +106,19 @@ def test_only_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path):
     ]  # fmt: skip
     atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "epochs"}')
     assert resume_args("coca", tmp_path) is None  # finished: not run again
+
+
+def test_args_to_run_skips_a_finished_run_resumes_a_stopped_one_and_starts_any_other(tmp_path):
+    """The one dispatch bench, claims and the experiment scripts share."""
+    fresh = ["run", "coca", "--out", str(tmp_path), "--seed", "3"]
+    budget = ["--max-time", "00:00:10:00"]
+    assert args_to_run("coca", tmp_path, fresh, resume_extra=budget) == fresh  # nothing yet
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    # A crash after a checkpoint (no metrics.json): continue, with the budget only.
+    resumed = ["run", "coca", "--out", str(tmp_path), "--resume", "--no-progress", *budget]
+    assert args_to_run("coca", tmp_path, fresh, resume_extra=budget) == resumed
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "signal", "signal": "SIGINT"}')
+    assert args_to_run("coca", tmp_path, fresh, resume_extra=budget) == resumed
+    atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "max_steps"}')
+    assert args_to_run("coca", tmp_path, fresh, resume_extra=budget) is None

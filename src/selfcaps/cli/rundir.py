@@ -6,18 +6,22 @@ it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
 :func:`run_finished` tells a finished run from one a stop signal interrupted (both
 have a ``metrics.json``; :func:`stopped_by_signal` reads the latter), and
-:func:`resume_args` gives the command that continues an interrupted one.
+:func:`resume_args` gives the command that continues an interrupted one, and
+:func:`args_to_run` chooses among the three for a caller that brings runs to their end
+(skip a finished run, resume an interrupted one, start any other).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from selfcaps.methods.atomic import check_writable
 
 __all__ = [
+    "args_to_run",
     "can_create",
     "make_run_dir",
     "remove_if_empty",
@@ -72,9 +76,29 @@ def resume_args(method: str, run_dir: Path) -> list[str] | None:
         >>> resume_args("coca", Path("/nonexistent")) is None
         True
     """
-    if run_finished(run_dir) or not (Path(run_dir) / "checkpoints" / "last.ckpt").is_file():
+    return args_to_run(method, run_dir, ()) or None  # () stands for "start it afresh"
+
+
+def args_to_run(
+    method: str, run_dir: Path, fresh: Sequence[str], *, resume_extra: Sequence[str] = ()
+) -> list[str] | None:
+    """The ``selfcaps`` arguments that bring the run in ``run_dir`` to its end, or ``None``.
+
+    ``None`` when the run finished (:func:`run_finished`); :func:`resume_args` followed by
+    ``resume_extra`` (a budget such as ``--max-time``) when it was interrupted after a
+    checkpoint; otherwise ``fresh``, the arguments that start it. ``metrics.json`` is read
+    once.
+
+    Examples:
+        >>> args_to_run("coca", Path("/nonexistent"), ["run", "coca", "--out", "/nonexistent"])
+        ['run', 'coca', '--out', '/nonexistent']
+    """
+    metrics = _metrics(run_dir)
+    if metrics is not None and metrics.get("stopped_by") != "signal":
         return None
-    return ["run", method, "--out", str(run_dir), "--resume", "--no-progress"]
+    if (Path(run_dir) / "checkpoints" / "last.ckpt").is_file():
+        return ["run", method, "--out", str(run_dir), "--resume", "--no-progress", *resume_extra]
+    return list(fresh)
 
 
 def _missing_ancestors(path: Path) -> tuple[Path, list[Path]]:

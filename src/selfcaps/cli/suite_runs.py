@@ -25,7 +25,7 @@ from typing import Any
 
 from selfcaps import __version__
 from selfcaps.cli.provenance import git_commit
-from selfcaps.cli.rundir import resume_args, run_finished
+from selfcaps.cli.rundir import args_to_run
 from selfcaps.methods.atomic import atomic_write_text
 from selfcaps.records import get_record
 
@@ -138,14 +138,15 @@ def execute(row: BenchRow) -> None:
     resumes with the run's saved configuration and the same ``--max-time`` budget, if the
     command had one.
     """
-    if run_finished(row.run_dir):
+    budget = []
+    if "--max-time" in row.command:
+        budget = ["--max-time", row.command[row.command.index("--max-time") + 1]]
+    # A resumed run keeps its saved configuration; only the budget goes with it.
+    args = args_to_run(row.method, row.run_dir, row.command[1:], resume_extra=budget)
+    if args is None:
         row.status = "done (earlier)"
         return
-    cmd = list(row.command)
-    if (resume := resume_args(row.method, row.run_dir)) is not None:  # the saved config rules
-        cmd = ["selfcaps", *resume]
-        if "--max-time" in row.command:
-            cmd += ["--max-time", row.command[row.command.index("--max-time") + 1]]
+    cmd = ["selfcaps", *args]
     print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
