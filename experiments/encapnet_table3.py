@@ -243,12 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-root", default=os.environ.get("DATA_ROOT", "./data"))
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = p.parse_args(argv)
+    n = len(SELFCAPS)
     for arm in arms_of(args.case):
         for seed in args.seeds:
             fresh = command(args.out, arm, seed, args.steps, args.data_root)
             run_dir = args.out / f"{arm}_s{seed}"
             metrics = run_dir / "metrics.json"
-            n = len(SELFCAPS)
             to_run = args_to_run("encapnet", run_dir, fresh[n:])  # a stopped run resumes
             done = to_run is None
             if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:

@@ -5,10 +5,10 @@ creates anything; :func:`can_create` checks the output location without creating
 it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
 :func:`run_finished` tells a finished run from one a stop signal interrupted (both
-have a ``metrics.json``; :func:`stopped_by_signal` reads the latter), and
-:func:`resume_args` gives the command that continues an interrupted one, and
-:func:`args_to_run` chooses among the three for a caller that brings runs to their end
-(skip a finished run, resume an interrupted one, start any other).
+have a ``metrics.json``; :func:`stopped_by_signal` reads the latter).
+:func:`resume_args` gives the command that continues an interrupted run; callers that
+bring runs to their end use :func:`args_to_run`, which skips a finished run, resumes an
+interrupted one and starts any other.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ def run_finished(run_dir: Path) -> bool:
     and no evaluation; ``--resume`` finishes it. An unreadable ``metrics.json`` counts as
     not finished.
     """
-    metrics = _metrics(run_dir)
+    return _finished(_metrics(run_dir))
+
+
+def _finished(metrics: dict | None) -> bool:
+    """Whether a run's ``metrics.json`` (None: none readable) says it finished."""
     return metrics is not None and metrics.get("stopped_by") != "signal"
 
 
@@ -93,8 +97,7 @@ def args_to_run(
         >>> args_to_run("coca", Path("/nonexistent"), ["run", "coca", "--out", "/nonexistent"])
         ['run', 'coca', '--out', '/nonexistent']
     """
-    metrics = _metrics(run_dir)
-    if metrics is not None and metrics.get("stopped_by") != "signal":
+    if _finished(_metrics(run_dir)):
         return None
     if (Path(run_dir) / "checkpoints" / "last.ckpt").is_file():
         return ["run", method, "--out", str(run_dir), "--resume", "--no-progress", *resume_extra]
