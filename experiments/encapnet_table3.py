@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            cmd = [*SELFCAPS, *(fresh[n:] if done else to_run)]
+            cmd = fresh if done else [*SELFCAPS, *to_run]
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

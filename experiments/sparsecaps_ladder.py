@@ -89,7 +89,7 @@ def train_and_evaluate(
     to_run = args_to_run("sparsecaps", target, fresh)
     if to_run is None:
         return
-    resume = "--resume" in to_run
+    resume = to_run != fresh  # args_to_run chose to continue the run, not start it
     cmd = [sys.executable, "-m", "selfcaps", *to_run]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     target.parent.mkdir(parents=True, exist_ok=True)
