@@ -164,6 +164,17 @@ def test_report_check_fails_on_an_outdated_page_and_fixes_it(tmp_path, capsys):
     assert main(["report", "--check", "--root", str(tmp_path)]) == 0
 
 
+def test_report_regenerates_the_tables_of_the_measurement_notes_too(tmp_path, capsys):
+    (tmp_path / "results" / "notes").mkdir(parents=True)
+    _write(tmp_path / "results", [_row()])
+    notes = tmp_path / "results" / "notes" / "m.md"
+    notes.write_text("diary\n<!-- registry:t -->\nold numbers\n<!-- /registry:t -->\n")
+    assert main(["report", "--check", "--root", str(tmp_path)]) == 1
+    assert str(notes) in capsys.readouterr().err
+    assert main(["report", "--root", str(tmp_path)]) == 0
+    assert "old numbers" not in notes.read_text() and "**holds**" in notes.read_text()
+
+
 def test_report_check_fails_on_a_stale_row_unless_marked(tmp_path, capsys):
     (tmp_path / "results").mkdir()
     _write(tmp_path / "results", [_row(config_hash="000000000000")])

@@ -1,9 +1,10 @@
 """Docs never word an interval that contains 0 as an ordering.
 
 A 95% interval written ``[a, b]`` (signed numbers, optional ``%``) with ``a < 0 < b`` means the
-data do not order the two arms: the only verdict is *not resolved*. This test scans README.md and
-every ``docs/**/*.md`` page and fails on any sentence (a table row, heading or list item counts as
-one; clauses joined by ";" are judged apart) that holds such an interval and a word claiming an
+data do not order the two arms: the only verdict is *not resolved*. This test scans README.md,
+every ``docs/**/*.md`` page and the measurement notes (``results/notes/*.md``), and fails on any
+sentence (a table row, heading or list item counts as one; clauses joined by ";" are judged
+apart) that holds such an interval and a word claiming an
 ordering ("ahead", "better", "costs", "holds", "reversed", ...). Code (fenced blocks and inline
 spans) is not scanned. A line carrying the marker ``<!-- verdict-ok -->`` is exempt (for quoted
 paper text), and so is a table column headed ``claim`` (the paper's claim under test). Negated
@@ -145,9 +146,9 @@ def violations(text: str) -> list[tuple[int, str]]:
 
 
 def pages() -> list[str]:
-    """README.md and every Markdown page under docs/, relative to the repository."""
-    docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
-    return ["README.md", *docs]
+    """README.md, every Markdown page under docs/ and results/notes/, relative to the repository."""
+    found = [*(ROOT / "docs").rglob("*.md"), *(ROOT / "results" / "notes").rglob("*.md")]
+    return ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in found)]
 
 
 @pytest.mark.parametrize("page", pages())

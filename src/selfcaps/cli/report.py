@@ -286,8 +286,13 @@ def update_text(text: str, rows: Sequence[Row]) -> str:
 
 
 def doc_files(root: Path) -> list[Path]:
-    """README.md and every page of the manual under ``root``: the files that hold tables."""
-    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    """The files under ``root`` that hold generated tables.
+
+    README.md, every page of the manual (``docs/``) and the measurement notes behind the method
+    pages (``results/notes/``), so that a diary moved off a page keeps its tables generated.
+    """
+    notes = sorted((root / "results" / "notes").rglob("*.md"))
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md")), *notes]
 
 
 def _report(rows: Sequence[Row], files: Iterable[Path], check: bool) -> list[str]:
