@@ -36,7 +36,7 @@ from selfcaps.cli.config import (
     parse_overrides,
 )
 from selfcaps.cli.provenance import git_commit
-from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty
+from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty, resume_argv
 from selfcaps.config_checks import check_config
 from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
@@ -373,7 +373,7 @@ def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = No
 def resume_command(args: argparse.Namespace, out: Path) -> str:
     """The command that continues the run in ``out`` (``selfcaps run coca --out DIR --resume``)."""
     command = getattr(args, "command", None) or "run"
-    return f"selfcaps {command} {args.method} --out {shlex.quote(str(out))} --resume"
+    return shlex.join(["selfcaps", *resume_argv(args.method, out, command=command)])
 
 
 def _train(

@@ -69,6 +69,18 @@ def stopped_by_signal(run_dir: Path) -> dict | None:
     return metrics if metrics is not None and metrics.get("stopped_by") == "signal" else None
 
 
+def resume_argv(method: str, run_dir: Path | str, *, command: str = "run") -> list[str]:
+    """The ``selfcaps`` arguments that continue the run in ``run_dir`` from its last checkpoint.
+
+    The one spelling of a resume, for the commands a run prints and the runners that resume.
+
+    Examples:
+        >>> resume_argv("coca", "runs/a b", command="pretrain")
+        ['pretrain', 'coca', '--out', 'runs/a b', '--resume']
+    """
+    return [command, method, "--out", str(run_dir), "--resume"]
+
+
 def resume_args(method: str, run_dir: Path) -> list[str] | None:
     """The ``selfcaps`` arguments that continue the interrupted run in ``run_dir``, or ``None``.
 
@@ -88,10 +100,10 @@ def args_to_run(
 ) -> list[str] | None:
     """The ``selfcaps`` arguments that bring the run in ``run_dir`` to its end, or ``None``.
 
-    ``None`` when the run finished (:func:`run_finished`); :func:`resume_args` followed by
-    ``resume_extra`` (a budget such as ``--max-time``) when it was interrupted after a
-    checkpoint; otherwise ``fresh``, the arguments that start it. ``metrics.json`` is read
-    once.
+    ``None`` when the run finished (:func:`run_finished`); :func:`resume_argv` with
+    ``--no-progress`` and ``resume_extra`` (a budget such as ``--max-time``) when it was
+    interrupted after a checkpoint; otherwise ``fresh``, the arguments that start it.
+    ``metrics.json`` is read once.
 
     Examples:
         >>> args_to_run("coca", Path("/nonexistent"), ["run", "coca", "--out", "/nonexistent"])
@@ -100,7 +112,7 @@ def args_to_run(
     if _finished(_metrics(run_dir)):
         return None
     if (Path(run_dir) / "checkpoints" / "last.ckpt").is_file():
-        return ["run", method, "--out", str(run_dir), "--resume", "--no-progress", *resume_extra]
+        return [*resume_argv(method, run_dir), "--no-progress", *resume_extra]
     return list(fresh)
 
 
