@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from selfcaps.cli.report import doc_files
+
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- verdict-ok -->"
 
@@ -146,9 +148,8 @@ def violations(text: str) -> list[tuple[int, str]]:
 
 
 def pages() -> list[str]:
-    """README.md, every Markdown page under docs/ and results/notes/, relative to the repository."""
-    found = [*(ROOT / "docs").rglob("*.md"), *(ROOT / "results" / "notes").rglob("*.md")]
-    return ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in found)]
+    """The files `selfcaps report` fills (README.md, docs/, results/notes/), as repository paths."""
+    return [p.relative_to(ROOT).as_posix() for p in doc_files(ROOT)]
 
 
 @pytest.mark.parametrize("page", pages())
