@@ -26,14 +26,13 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from PIL import Image
 
-from selfcaps.cli.rundir import args_to_run
+from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_FIGURES = ROOT / "docs" / "figures"
@@ -162,7 +161,7 @@ def run_and_collect(args: argparse.Namespace) -> Path:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     print("+", shlex.join(["selfcaps", *to_run]), flush=True)
-    subprocess.run([sys.executable, "-m", "selfcaps", *to_run], env=env, check=True)
+    subprocess.run([*SELFCAPS_COMMAND, *to_run], env=env, check=True)
     # The recorded command leaves out --out: the run directory is local to the machine.
     return collect(run_dir, max_side=args.max_side, max_kb=args.max_kb, command=shlex.join(cli))
 

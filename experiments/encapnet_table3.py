@@ -44,16 +44,13 @@ import json
 import math
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfcaps.cli.rundir import args_to_run
+from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
 
 #: Training images of CIFAR-10 after the 5,000 validation images are carved out; batch size.
 TRAIN_IMAGES, BATCH = 45_000, 128
-#: How every run is started: this interpreter, with the ``selfcaps`` it imports.
-SELFCAPS = (sys.executable, "-m", "selfcaps")
 STEPS_PER_EPOCH = TRAIN_IMAGES // BATCH  # 351 (the last partial batch is dropped)
 
 _ONE_UNIT = "[[1,0,-1],[2,0,-1],[3,0,-1]]"  # Fig. 3(a) in every module
@@ -224,7 +221,7 @@ def command(out: Path, arm: str, seed: int, steps: int, data_root: str) -> list[
         "trainer.max_time=null",
     ]
     return [
-        *SELFCAPS,
+        *SELFCAPS_COMMAND,
         *("run", "encapnet", "--out", str(out / f"{arm}_s{seed}")),
         *common,
         *budget_args(steps),
@@ -243,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-root", default=os.environ.get("DATA_ROOT", "./data"))
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = p.parse_args(argv)
-    n = len(SELFCAPS)
+    n = len(SELFCAPS_COMMAND)
     for arm in arms_of(args.case):
         for seed in args.seeds:
             fresh = command(args.out, arm, seed, args.steps, args.data_root)
@@ -256,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            cmd = fresh if done else [*SELFCAPS, *to_run]
+            cmd = fresh if done else [*SELFCAPS_COMMAND, *to_run]
             print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
             if not (done or args.dry_run):
                 subprocess.run(cmd, check=True)

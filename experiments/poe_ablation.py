@@ -26,11 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from selfcaps.cli.rundir import args_to_run, run_finished
+from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
 
 PRESET = "center_parents_sparse"
-#: How every run is started: this interpreter, with the ``selfcaps`` it imports.
-SELFCAPS = (sys.executable, "-m", "selfcaps")
 
 #: Arm -> overrides of the preset: ``full`` is the preset, each other arm drops one change.
 ARMS: dict[str, tuple[str, ...]] = {
@@ -54,7 +52,7 @@ COLUMNS = (
 def command(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
     """The ``selfcaps run`` command of one run."""
     return [
-        *SELFCAPS, "run", "poe", "--preset", PRESET,
+        *SELFCAPS_COMMAND, "run", "poe", "--preset", PRESET,
         "--out", str(out / f"{arm}_s{seed}"), "--seed", str(seed),
         "--threads", "1", "--no-progress", *ARMS[arm], *extra,
     ]  # fmt: skip
@@ -106,9 +104,9 @@ def main() -> None:
         for arm in args.arms:
             fresh = command(args.out, arm, seed, extra)
             # Finished: skip; SIGTERM, a crash: continue, not restart.
-            to_run = args_to_run("poe", args.out / f"{arm}_s{seed}", fresh[len(SELFCAPS) :])
+            to_run = args_to_run("poe", args.out / f"{arm}_s{seed}", fresh[len(SELFCAPS_COMMAND) :])
             if to_run is not None:
-                subprocess.run([*SELFCAPS, *to_run], check=True)
+                subprocess.run([*SELFCAPS_COMMAND, *to_run], check=True)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -43,7 +42,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from selfcaps.cli.rundir import args_to_run, run_finished
+from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
 from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
 
 VARIANTS = ("sparse", "dense")
@@ -90,7 +89,7 @@ def train_and_evaluate(
     if to_run is None:
         return
     resume = to_run != fresh  # args_to_run chose to continue the run, not start it
-    cmd = [sys.executable, "-m", "selfcaps", *to_run]
+    cmd = [*SELFCAPS_COMMAND, *to_run]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     target.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -10,7 +10,6 @@ from selfcaps.cli.rundir import (
     args_to_run,
     make_run_dir,
     remove_if_empty,
-    resume_args,
     run_finished,
 )
 from selfcaps.methods.atomic import atomic_write_text
@@ -96,16 +95,17 @@ def test_a_run_stopped_by_a_signal_is_not_finished(tmp_path):
 
 def test_only_an_interrupted_run_with_a_checkpoint_is_resumed(tmp_path):
     """bench, claims and the experiment scripts continue a run only from its last.ckpt."""
-    assert resume_args("coca", tmp_path) is None  # nothing yet: a fresh run
+    fresh = ["run", "coca", "--out", str(tmp_path)]
+    assert args_to_run("coca", tmp_path, fresh) == fresh  # nothing yet: a fresh run
     atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "signal", "signal": "SIGTERM"}')
-    assert resume_args("coca", tmp_path) is None  # stopped before its first checkpoint
+    assert args_to_run("coca", tmp_path, fresh) == fresh  # stopped before its first checkpoint
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
-    assert resume_args("coca", tmp_path) == [
+    assert args_to_run("coca", tmp_path, fresh) == [
         "run", "coca", "--out", str(tmp_path), "--resume", "--no-progress",
     ]  # fmt: skip
     atomic_write_text(tmp_path / "metrics.json", '{"stopped_by": "epochs"}')
-    assert resume_args("coca", tmp_path) is None  # finished: not run again
+    assert args_to_run("coca", tmp_path, fresh) is None  # finished: not run again
 
 
 def test_args_to_run_skips_a_finished_run_resumes_a_stopped_one_and_starts_any_other(tmp_path):

@@ -6,29 +6,36 @@ it, :func:`make_run_dir` creates it and reports which directories are new, and
 :func:`remove_if_empty` removes those again if a failure left no file in them.
 :func:`run_finished` tells a finished run from one a stop signal interrupted (both
 have a ``metrics.json``; :func:`stopped_by_signal` reads the latter).
-:func:`resume_args` gives the command that continues an interrupted run; callers that
-bring runs to their end use :func:`args_to_run`, which skips a finished run, resumes an
-interrupted one and starts any other.
+:func:`resume_argv` spells the arguments that continue a run; callers that bring runs to
+their end use :func:`args_to_run`, which skips a finished run, resumes an interrupted one
+(a checkpoint and no finished ``metrics.json``) and starts any other.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from selfcaps.methods.atomic import check_writable
 
 __all__ = [
+    "SELFCAPS_COMMAND",
     "args_to_run",
     "can_create",
     "make_run_dir",
     "remove_if_empty",
-    "resume_args",
+    "resume_argv",
     "run_finished",
     "stopped_by_signal",
 ]
+
+
+#: The command that runs ``selfcaps`` in this Python (its interpreter, its ``selfcaps``): the
+#: prefix of every subprocess a runner starts, so that a runner and its runs share one install.
+SELFCAPS_COMMAND: tuple[str, ...] = (sys.executable, "-m", "selfcaps")
 
 
 def _metrics(run_dir: Path) -> dict | None:
@@ -79,20 +86,6 @@ def resume_argv(method: str, run_dir: Path | str, *, command: str = "run") -> li
         ['pretrain', 'coca', '--out', 'runs/a b', '--resume']
     """
     return [command, method, "--out", str(run_dir), "--resume"]
-
-
-def resume_args(method: str, run_dir: Path) -> list[str] | None:
-    """The ``selfcaps`` arguments that continue the interrupted run in ``run_dir``, or ``None``.
-
-    Interrupted: not :func:`run_finished` (no ``metrics.json``, or one written by a stop
-    signal) and a ``checkpoints/last.ckpt`` to continue from. The run's saved configuration
-    rules, so a caller may add only a budget (``--max-time``, ``--epochs``).
-
-    Examples:
-        >>> resume_args("coca", Path("/nonexistent")) is None
-        True
-    """
-    return args_to_run(method, run_dir, ()) or None  # () stands for "start it afresh"
 
 
 def args_to_run(

@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from typing import Any
 
 from selfcaps import __version__
 from selfcaps.cli.provenance import git_commit
-from selfcaps.cli.rundir import args_to_run
+from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
 from selfcaps.methods.atomic import atomic_write_text
 from selfcaps.records import get_record
 
@@ -150,7 +149,7 @@ def execute(row: BenchRow) -> None:
     print(f"[bench] {row.method} on {row.dataset}: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "selfcaps", *cmd[1:]],
+        [*SELFCAPS_COMMAND, *args],
         capture_output=True,
         text=True,
         env=_child_env(),
