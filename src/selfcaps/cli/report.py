@@ -273,7 +273,24 @@ def _table(rows: Sequence[Row], name: str) -> str:
     chosen = [r for r in rows if name in r.tables]
     if not chosen:
         raise RegistryError(f"the docs ask for table {name!r}, but no registry row lists it")
-    return _NOTICE + render_table(chosen)
+    return _NOTICE + render_table(by_method(chosen))
+
+
+def by_method(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` grouped by method, methods in order of first appearance, registry order within.
+
+    The registry grows in the order things were measured; a table reads by method.
+
+    Examples:
+        >>> from types import SimpleNamespace as R
+        >>> rows = [R(id=1, method="a"), R(id=2, method="b"), R(id=3, method="a")]
+        >>> [r.id for r in by_method(rows)]
+        [1, 3, 2]
+    """
+    first: dict[str, int] = {}
+    for r in rows:
+        first.setdefault(r.method, len(first))
+    return sorted(rows, key=lambda r: first[r.method])
 
 
 def update_text(text: str, rows: Sequence[Row]) -> str:
