@@ -80,7 +80,14 @@ class _UncountedOps(TorchDispatchMode):
         self.counted = counted
         self.elements: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Run ``func`` and count its output elements if it does arithmetic the counter misses."""
         out = func(*args, **(kwargs or {}))
         name = str(func._overloadpacket)
         if (
