@@ -12,8 +12,12 @@ the kNN monitor and the final evaluation do). Configurations, run round-robin
 * ``2 threads``: 2 threads, OpenMP's default wait policy (libgomp: threads spin on a
   barrier before they sleep);
 * ``2 threads passive``: 2 threads, ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep);
-* ``auto``: the ``selfcaps`` command's default (``trainer.threads: null``): the thread count
-  :func:`selfcaps.cli.threads.auto_threads` chooses now, passive OpenMP.
+* ``2 threads spin N`` (N = 3000, 30000): 2 threads, ``GOMP_SPINCOUNT=N``: a waiting thread
+  spins N times, then sleeps (libgomp's default is 300,000 spins, passive is 0);
+* ``auto``: ``trainer.threads: auto``: the thread count the load leaves free now
+  (:func:`selfcaps.cli.threads.auto_threads`), with the command's wait policy;
+* ``default``: the command's default (``trainer.threads: null``): every core, and the wait
+  policy :func:`selfcaps.cli.threads.set_openmp_wait` chooses from the load now.
 
 For each it prints the median wall and CPU seconds (user + system of the whole process,
 all threads) per training step and per evaluation batch, and their ratios to ``1 thread``.
@@ -43,22 +47,26 @@ CONFIGS = {
     "1 thread": ("1", {}),
     "2 threads": ("2", {}),
     "2 threads passive": ("2", {"OMP_WAIT_POLICY": "PASSIVE"}),
+    "2 threads spin 3000": ("2", {"GOMP_SPINCOUNT": "3000"}),
+    "2 threads spin 30000": ("2", {"GOMP_SPINCOUNT": "30000"}),
     "auto": ("auto", {}),
+    "default": ("default", {}),
 }
 
 
 def worker(args: argparse.Namespace) -> None:
     """Train and evaluate in this process; print one JSON line of medians."""
-    if args.threads == "auto":
-        from selfcaps.cli.threads import auto_threads, passive_openmp
+    if args.threads in ("auto", "default"):
+        from selfcaps.cli.threads import auto_threads, set_openmp_wait
 
-        passive_openmp()  # before torch is imported, as the command does
-        threads, _ = auto_threads()
+        set_openmp_wait()  # before torch is imported, as the command does
+        threads, _ = auto_threads(use_load=args.threads == "auto")
     else:
         threads = int(args.threads)
     import torch
 
     from _method_steps import build_method, fit_steps, quiet_lightning
+    from selfcaps.cli.threads import wait_policy
 
     torch.set_num_threads(threads)
     quiet_lightning()
@@ -81,7 +89,7 @@ def worker(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "threads": torch.get_num_threads(),
-                "wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+                "wait_policy": wait_policy(),
                 "step_wall": timer.median("step_wall"),
                 "step_cpu": timer.median("step_cpu"),
                 "eval_wall": statistics.median(wall),
@@ -133,6 +141,7 @@ def main() -> None:
         name: {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "wait_policy"}
         for name, rs in runs.items()
     }
+    policies = {name: "/".join(sorted({r["wait_policy"] for r in rs})) for name, rs in runs.items()}
     base = med.get("1 thread")
     print(
         f"CoCa quick (mnist5k), batch {args.batch}: {args.steps} steps + {args.eval_batches} "
@@ -155,6 +164,7 @@ def main() -> None:
             )
         print(line)
     print("(medians over rounds of the per-run medians; CPU = user + system of all threads)")
+    print("OpenMP wait policy: " + "; ".join(f"{n}: {p}" for n, p in policies.items()))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The thread count of ``trainer.threads: null`` and the passive OpenMP wait policy."""
+"""The thread count of ``trainer.threads: null`` and the OpenMP wait policy chosen from the load."""
 
 import math
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from selfcaps.cli import threads
-from selfcaps.cli.threads import apply_threads, choose_threads, passive_openmp
+from selfcaps.cli.threads import apply_threads, choose_threads, set_openmp_wait, wait_policy
 from tests.runs import subprocess_env
 
 
@@ -35,26 +35,56 @@ def test_choose_threads_rejects_no_cores():
         choose_threads(0, 0.0)
 
 
-def test_passive_openmp_only_when_unset_and_before_torch():
-    env: dict[str, str] = {}
-    assert passive_openmp(env, modules={}) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    for chosen in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "1000"}):
+@pytest.mark.parametrize(
+    ("busy", "expected"),
+    [
+        (0.0, {"GOMP_SPINCOUNT": "3000"}),  # free cores: a bounded spin
+        (0.49, {"GOMP_SPINCOUNT": "3000"}),
+        (0.5, {"OMP_WAIT_POLICY": "PASSIVE"}),  # half a core busy rounds up: sleep
+        (3.7, {"OMP_WAIT_POLICY": "PASSIVE"}),
+        (math.nan, {"GOMP_SPINCOUNT": "3000"}),  # no load average: taken as idle
+    ],
+)
+def test_openmp_wait_follows_the_busy_cores(busy, expected):
+    env: dict[str, str] = {"PATH": "x"}
+    assert set_openmp_wait(env, modules={}, busy=busy) == expected
+    assert env == {"PATH": "x", **expected}
+
+
+def test_openmp_wait_keeps_the_users_choice_and_never_comes_too_late():
+    users = ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "1000"}, {"KMP_BLOCKTIME": "0"})
+    for chosen in users:
         env = dict(chosen)
-        assert not passive_openmp(env, modules={}) and env == chosen  # the user's choice
+        assert set_openmp_wait(env, modules={}, busy=3.0) == {} and env == chosen
     env = {}
-    assert not passive_openmp(env, modules={"torch": object()}) and env == {}  # too late
+    assert set_openmp_wait(env, modules={"torch": object()}, busy=0.0) == {} and env == {}
 
 
-def test_the_command_sets_the_passive_policy_before_torch():
+def test_wait_policy_in_words():
+    assert wait_policy({"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "9"}) == "passive"
+    assert wait_policy({"OMP_WAIT_POLICY": "active"}) == "active"
+    assert wait_policy({"GOMP_SPINCOUNT": "3000"}) == "spin 3000 then sleep"
+
+
+def _command_policy(busy: float) -> str:
+    """The wait variables the command sets, in a fresh interpreter with the busy cores given."""
     code = (
-        "import os, sys; from selfcaps.cli.main import main; main(['list']); "
-        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)"
+        "import os, sys; from selfcaps.cli import threads; "
+        f"threads.cores_busy_now = lambda: {busy}; "
+        "from selfcaps.cli.main import main; main(['list']); "
+        "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), "
+        "'torch' in sys.modules)"
     )
     env = {k: v for k, v in subprocess_env().items() if k not in threads.WAIT_VARIABLES}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip().splitlines()[-1] == "PASSIVE False"
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_the_command_sets_the_wait_policy_before_torch():
+    assert _command_policy(2.0) == "PASSIVE None False"
+    assert _command_policy(0.1) == "None 3000 False"
 
 
 @pytest.fixture
@@ -90,3 +120,21 @@ def test_apply_threads_default_ignores_the_load(monkeypatch, capsys, torch_threa
     assert apply_threads({"threads": None}) == 2
     assert apply_threads({"threads": None, "deterministic": True}) == 2
     assert "threads: 2 (every core: 2 cores whatever the load" in capsys.readouterr().err
+
+
+def test_cpu_times_reads_proc_stat_format(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 2 30 400 5 6 7 8 0 0\ncpu0 5 1 15 200 2 3 3 4 0 0\n")
+    # busy = user + nice + system + irq + softirq + steal; total adds idle and iowait
+    assert threads._cpu_times(str(stat)) == (10 + 2 + 30 + 6 + 7 + 8, 468)
+    assert threads._cpu_times(str(tmp_path / "absent")) is None
+
+
+def test_cores_busy_now_from_two_readings(monkeypatch):
+    readings = iter([(100, 1000), (150, 1100)])  # half the CPU time of the interval was busy
+    monkeypatch.setattr(threads, "_cpu_times", lambda: next(readings))
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.cores_busy_now(interval=0.0) == pytest.approx(2.0)  # 4 CPUs x 50%
+    monkeypatch.setattr(threads, "_cpu_times", lambda: None)  # not Linux: the load average
+    monkeypatch.setattr(threads, "_load_average", lambda: 1.7)
+    assert threads.cores_busy_now(interval=0.0) == 1.7

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from selfcaps import __version__
-from selfcaps.cli.threads import passive_openmp
+from selfcaps.cli.threads import set_openmp_wait
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _quiet_third_party()
-    passive_openmp()  # before torch loads OpenMP: waiting threads sleep (cli/threads.py)
+    set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
     from selfcaps.methods.stopping import Interrupted  # (imports no torch)
 
     try:

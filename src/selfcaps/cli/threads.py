@@ -15,14 +15,26 @@ depend on the load. ``--threads N`` (``trainer.threads``) or ``OMP_NUM_THREADS``
 count instead.
 
 Unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``, the
-command sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is imported (:func:`passive_openmp`):
-an OpenMP thread waiting at a barrier then sleeps instead of spinning on a core that
-another job needs, while the thread it waits for cannot run. With OpenMP's default
-(spinning) policy, two threads on two busy cores took several times the CPU and wall time
-of one thread per CoCa step; with the passive policy about the same
-(``benchmarks/threads_contention.py``, docs/benchmarks.md).
+command chooses how OpenMP threads wait at a barrier before torch is imported
+(:func:`set_openmp_wait`), from the cores other work uses when it starts (CPU use over 0.1 s
+from ``/proc/stat``: the load average lags by a minute, so a run started right after
+another would count it). The wait policy changes no number a run computes, only its speed,
+so reading the machine here is safe:
 
-Nothing here imports torch at module level: :func:`passive_openmp` must run before it.
+* cores busy (at least one, rounded): ``OMP_WAIT_POLICY=PASSIVE``. A waiting thread sleeps
+  instead of spinning on a core that another job needs while the thread it waits for cannot
+  run. With OpenMP's default (libgomp: 300,000 spins before sleeping), two threads on busy
+  cores took several times the CPU and wall time of one thread per CoCa step; passive about
+  the same as one thread.
+* cores free: ``GOMP_SPINCOUNT=3000``, a bounded spin. On free cores a
+  thread that sleeps at every barrier must be woken for every parallel operator (two passive
+  threads were about 1.4x slower per step than two spinning ones); 3,000 spins were as fast
+  as the default's 300,000 there, and if other work starts later they cost little (about one
+  thread's wall time per step on busy cores).
+
+``benchmarks/threads_contention.py`` measures all of these (docs/benchmarks.md).
+
+Nothing here imports torch at module level: :func:`set_openmp_wait` must run before it.
 """
 
 from __future__ import annotations
@@ -31,13 +43,16 @@ import functools
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-__all__ = ["apply_threads", "auto_threads", "choose_threads", "passive_openmp"]
+__all__ = ["apply_threads", "auto_threads", "choose_threads", "set_openmp_wait", "wait_policy"]
 
 #: Variables by which a user already chose how OpenMP threads wait.
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+#: libgomp spins before a waiting thread sleeps, on free cores (its default is 300,000).
+FREE_CORES_SPINCOUNT = 3000
 
 
 def choose_threads(cores: int, load: float, processes: int = 1) -> int:
@@ -58,8 +73,17 @@ def choose_threads(cores: int, load: float, processes: int = 1) -> int:
     """
     if cores < 1 or processes < 1:
         raise ValueError(f"cores and processes must be >= 1, got {cores} and {processes}")
-    busy = 0 if math.isnan(load) else math.floor(max(0.0, load) + 0.5)
-    return max(1, (cores - busy) // processes)
+    return max(1, (cores - busy_cores(load)) // processes)
+
+
+def busy_cores(load: float) -> int:
+    """Cores other work uses: the load average rounded, halves up (NaN: unknown, 0).
+
+    Examples:
+        >>> busy_cores(0.49), busy_cores(0.5), busy_cores(float("nan"))
+        (0, 1, 0)
+    """
+    return 0 if math.isnan(load) else math.floor(max(0.0, load) + 0.5)
 
 
 def _load_average() -> float:
@@ -100,19 +124,82 @@ def auto_threads(processes: int = 1, use_load: bool = True) -> tuple[int, str]:
     )
 
 
-def passive_openmp(
-    environ: MutableMapping[str, str] = os.environ, modules: Mapping[str, Any] = sys.modules
-) -> bool:
-    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a wait policy or torch is loaded.
+def _cpu_times(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """``(busy, total)`` jiffies of all CPUs since boot (Linux), or ``None``."""
+    try:
+        with open(path) as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]  # user .. steal
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # minus idle and iowait
+
+
+def cores_busy_now(interval: float = 0.1) -> float:
+    """Cores the machine's other work keeps busy now: CPU use over ``interval`` seconds.
+
+    Read from ``/proc/stat`` twice (Linux; the calling process sleeps in between, so its own
+    use is not counted); elsewhere the one-minute load average, which lags by about a minute
+    (NaN if neither is available).
+    """
+    first = _cpu_times()
+    if first is None:
+        return _load_average()
+    time.sleep(interval)
+    second = _cpu_times()
+    if second is None or second[1] <= first[1]:
+        return _load_average()
+    return (os.cpu_count() or 1) * (second[0] - first[0]) / (second[1] - first[1])
+
+
+def set_openmp_wait(
+    environ: MutableMapping[str, str] = os.environ,
+    modules: Mapping[str, Any] = sys.modules,
+    busy: float | None = None,
+) -> dict[str, str]:
+    """Choose how OpenMP threads wait, from the cores in use, unless the user chose already.
+
+    Args:
+        environ: The environment to set the variable in.
+        modules: The loaded modules (OpenMP reads the variable when torch loads it, so setting
+            it after ``import torch`` would change nothing and is not done).
+        busy: Cores other work uses (default: :func:`cores_busy_now`; NaN: unknown, taken
+            as 0).
 
     Returns:
-        Whether it was set. OpenMP reads the variable when torch loads it, so setting it
-        after ``import torch`` would change nothing and is not done.
+        The variables set: ``{"OMP_WAIT_POLICY": "PASSIVE"}`` when at least one core is busy
+        (``round(busy) >= 1``), ``{"GOMP_SPINCOUNT": "3000"}`` when none is, ``{}`` when the
+        user set a wait variable or torch is already loaded.
+
+    Examples:
+        >>> set_openmp_wait({}, {}, busy=0.2), set_openmp_wait({}, {}, busy=1.1)
+        ({'GOMP_SPINCOUNT': '3000'}, {'OMP_WAIT_POLICY': 'PASSIVE'})
     """
     if "torch" in modules or any(v in environ for v in WAIT_VARIABLES):
-        return False
-    environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return True
+        return {}
+    if busy_cores(cores_busy_now() if busy is None else busy):
+        chosen = {"OMP_WAIT_POLICY": "PASSIVE"}
+    else:
+        chosen = {"GOMP_SPINCOUNT": str(FREE_CORES_SPINCOUNT)}
+    environ.update(chosen)
+    return chosen
+
+
+def wait_policy(environ: Mapping[str, str] = os.environ) -> str:
+    """How OpenMP threads wait, in words, from the variables in ``environ``.
+
+    Examples:
+        >>> wait_policy({}), wait_policy({"GOMP_SPINCOUNT": "3000"})
+        ('default', 'spin 3000 then sleep')
+        >>> wait_policy({"OMP_WAIT_POLICY": "passive"})
+        'passive'
+    """
+    policy = environ.get("OMP_WAIT_POLICY", "").lower()
+    spins = environ.get("GOMP_SPINCOUNT")
+    if spins and policy != "passive":
+        return f"spin {spins} then sleep"
+    return policy or "default"
 
 
 def apply_threads(trainer: Mapping[str, Any]) -> int:
@@ -134,6 +221,5 @@ def apply_threads(trainer: Mapping[str, Any]) -> int:
         processes = int(trainer.get("devices", 1)) if cpu else 1
         n, why = auto_threads(processes, use_load=setting == "auto")
     torch.set_num_threads(n)
-    policy = os.environ.get("OMP_WAIT_POLICY", "default").lower()
-    print(f"threads: {n} ({why}; OpenMP wait policy {policy})", file=sys.stderr, flush=True)
+    print(f"threads: {n} ({why}; OpenMP wait policy {wait_policy()})", file=sys.stderr, flush=True)
     return n
