@@ -2,7 +2,9 @@
 
 For each method, its ``quick`` preset's network and training step (the method's own
 ``training_step`` through a bare Lightning ``Trainer``, as ``selfcaps run`` trains it: see
-``_method_steps.py``) runs at ``--precision 32-true`` and ``bf16-mixed`` alternately, round
+``_method_steps.py``) runs at ``--precision 32-true``, ``bf16-mixed`` and ``bf16-mixed`` with
+``trainer.routing_precision=autocast`` (``bf16r``: the dynamic routing in bfloat16 too;
+the same as ``bf16`` for methods without it) alternately, round
 by round in one process, so that machine noise hits both; the ratio printed is the median of
 the per-round ratios of the median step times. Steps are timed in CPU seconds of this
 process by default (``--clock cpu``: with one thread, the time the step takes on an idle
@@ -41,8 +43,14 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from _common import gemm_peak_flops, load_average, set_threads
 from _method_steps import METHODS, build_method, default_data_root, fit_steps, quiet_lightning
+from selfcaps.caps.layers import route_in_autocast_dtype
 
-PRECISIONS = {"fp32": ("32-true", torch.float32), "bf16": ("bf16-mixed", torch.bfloat16)}
+#: name: (Lightning precision, GEMM dtype, dynamic routing in autocast's dtype)
+PRECISIONS = {
+    "fp32": ("32-true", torch.float32, False),
+    "bf16": ("bf16-mixed", torch.bfloat16, False),
+    "bf16r": ("bf16-mixed", torch.bfloat16, True),
+}
 #: Kernels the profiler names below the operator the dispatcher (and so the tally) sees.
 KERNEL_OF = {
     "aten::_slow_conv2d_forward": "aten::convolution",
@@ -115,17 +123,19 @@ def measure_method(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with FlopCounterMode(display=False) as fc:
         fit_steps(method, dm, 1, "32-true")
     flops = fc.get_total_flops()
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    cpu: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    loop: dict[str, list[float]] = {"fp32": [], "bf16": []}
-    ratios = []
+    times: dict[str, list[float]] = {k: [] for k in PRECISIONS}
+    cpu: dict[str, list[float]] = {k: [] for k in PRECISIONS}
+    loop: dict[str, list[float]] = {k: [] for k in PRECISIONS}
+    ratios: dict[str, list[float]] = {"bf16": [], "bf16r": []}
     for _ in range(args.rounds):
-        for key, (precision, _) in PRECISIONS.items():
-            timer = fit_steps(method, dm, args.steps, precision)
+        for key, (precision, _, low_routing) in PRECISIONS.items():
+            with route_in_autocast_dtype(low_routing):
+                timer = fit_steps(method, dm, args.steps, precision)
             times[key].append(timer.median(f"step_{args.clock}"))
             cpu[key].append(timer.median("step_cpu"))
             loop[key].append(timer.median(f"loop_{args.clock}"))
-        ratios.append(times["bf16"][-1] / times["fp32"][-1])
+        for key in ratios:
+            ratios[key].append(times[key][-1] / times["fp32"][-1])
     tally = DtypeTally()
     with tally:
         fit_steps(method, dm, 1, "bf16-mixed")
@@ -139,7 +149,7 @@ def measure_method(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "step": {k: statistics.median(v) for k, v in times.items()},
         "cpu": {k: statistics.median(v) for k, v in cpu.items()},
         "loop": {k: statistics.median(v) for k, v in loop.items()},
-        "speed": 1 / statistics.median(ratios),
+        "speed": {k: 1 / statistics.median(v) for k, v in ratios.items()},
         "bf16_flop_share": tally.flops[torch.bfloat16] / max(1, sum(tally.flops.values())),
         "top": [(op, ms, n, _dtype_names(tally.calls[KERNEL_OF.get(op, op)])) for op, ms, n in top],
         "profiled_ms": total_ms,
@@ -170,8 +180,10 @@ def main() -> None:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     peak = {
         k: max(gemm_peak_flops(n, 3, dt, clock=clock) for n in args.gemm_sizes)
-        for k, (_, dt) in PRECISIONS.items()
+        for k, (_, dt, _) in PRECISIONS.items()
+        if k != "bf16r"
     }
+    peak["bf16r"] = peak["bf16"]
     print(
         f"{args.preset} presets, {torch.get_num_threads()} thread(s), {args.clock} time, CPU "
         f"capability {torch.backends.cpu.get_cpu_capability()}, load average "
@@ -191,12 +203,14 @@ def main() -> None:
         share = {k: 100 * r["flops"] / r["step"][k] / peak[k] for k in PRECISIONS}
         rows.append(
             f"{r['name']:<11}{r['batch']:>6}{r['flops'] / 1e9:>11.2f}{r['step']['fp32']:>12.3f}"
-            f"{r['step']['bf16']:>12.3f}{share['fp32']:>10.1f}%{share['bf16']:>10.1f}%"
-            f"{100 * r['bf16_flop_share']:>9.0f}%{r['speed']:>9.2f}x"
+            f"{r['step']['bf16']:>12.3f}{r['step']['bf16r']:>12.3f}{share['fp32']:>10.1f}%"
+            f"{share['bf16']:>10.1f}%{share['bf16r']:>10.1f}%{100 * r['bf16_flop_share']:>9.0f}%"
+            f"{r['speed']['bf16']:>9.2f}x{r['speed']['bf16r']:>9.2f}x"
             f"{r['loop']['fp32'] / r['loop']['bf16']:>9.2f}x"
         )
         print(
-            f"{r['name']}: bf16-mixed runs at {r['speed']:.2f}x the speed of float32 (median of "
+            f"{r['name']}: bf16-mixed runs at {r['speed']['bf16']:.2f}x the speed of float32, "
+            f"{r['speed']['bf16r']:.2f}x with the routing in bfloat16 (median of "
             f"{args.rounds} interleaved rounds); top operators of one bf16 step "
             f"({r['profiled_ms']:.0f} ms profiled, self CPU time):"
         )
@@ -208,14 +222,16 @@ def main() -> None:
             )
     print(
         f"\n{'method':<11}{'batch':>6}{'GFLOP/step':>11}{'fp32 s/step':>12}{'bf16 s/step':>12}"
-        f"{'fp32 %peak':>11}{'bf16 %peak':>11}{'bf16 FLOP':>10}{'speed':>10}{'loop':>9}"
+        f"{'bf16r s/step':>13}{'fp32 %peak':>11}{'bf16 %peak':>11}{'bf16r %peak':>12}"
+        f"{'bf16 FLOP':>10}{'speed':>10}{'speed r':>10}{'loop':>9}"
     )
     print("\n".join(rows))
     print(
         f"(s/step: median {args.clock} seconds of the training step; %peak: of the GEMM peak of "
         "the same precision; bf16 FLOP: share of the step's matmul/conv FLOPs autocast ran in "
-        "bfloat16; speed: bf16 over fp32, median of per-round ratios; loop: the same for step + "
-        "data loading and batch transforms)"
+        "bfloat16; speed: bf16 over fp32, median of per-round ratios; speed r: the same with "
+        "the dynamic routing in bfloat16 (bf16r: trainer.routing_precision=autocast); loop: "
+        "bf16's speed for step + data loading and batch transforms)"
     )
 
 

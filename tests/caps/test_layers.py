@@ -14,6 +14,7 @@ from selfcaps.caps import (
     dynamic_routing,
     flatten_caps,
     fused_dense_routing,
+    route_in_autocast_dtype,
     self_routing,
 )
 from tests.caps.reference import dynamic_routing_loop, self_routing_loop, votes_loop
@@ -81,6 +82,46 @@ def test_fused_low_precision_routes_in_float32():
     W = torch.randn(6, 4, 12).bfloat16()
     v, _ = fused_dense_routing(x, W, 3)
     assert v.dtype == torch.bfloat16 and torch.isfinite(v.float()).all()
+
+
+def _routing_under_autocast(layer: DenseCaps, x: torch.Tensor, low: bool):
+    """Poses and input/weight gradients of ``layer`` under bfloat16 autocast."""
+    x = x.clone().requires_grad_(True)
+    layer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16), route_in_autocast_dtype(low):
+        v = layer(x)
+    (v.float() * torch.linspace(-1, 1, v.numel()).view_as(v)).sum().backward()
+    return v, x.grad, layer.weight.grad.clone()
+
+
+def test_routing_in_autocast_dtype_is_bfloat16_and_close_to_float64():
+    """``trainer.routing_precision: autocast``: the votes, routing and gradients run in
+    bfloat16 (poses come out in bfloat16); values and gradients stay within bfloat16's
+    resolution of the float64 routing (8-bit mantissa: relative error about 2**-8 per
+    rounding, a few percent after the iterations), while the default routes in float32."""
+    torch.manual_seed(3)
+    layer = DenseCaps(48, 8, 10, 16, iters=3)
+    x = torch.randn(6, 48, 8) * 0.3
+    ref = layer.double()
+    xd = x.double().requires_grad_(True)
+    v_ref = ref(xd)
+    (
+        v_ref * torch.linspace(-1, 1, v_ref.numel(), dtype=torch.float64).view_as(v_ref)
+    ).sum().backward()
+    gx_ref, gw_ref = xd.grad, ref.weight.grad.clone()
+    layer = ref.float()
+    v32, gx32, gw32 = _routing_under_autocast(layer, x, low=False)
+    v16, gx16, gw16 = _routing_under_autocast(layer, x, low=True)
+    assert v32.dtype == torch.float32 and v16.dtype == torch.bfloat16
+    assert gw16.dtype == torch.float32  # the parameter's gradient keeps its dtype
+    scale = lambda t: t.abs().max().item()  # noqa: E731
+    for got, want, tol in [(v32, v_ref, 1e-5), (gx32, gx_ref, 1e-5), (gw32, gw_ref, 1e-5)]:
+        assert (got.double() - want).abs().max().item() <= tol * scale(want)
+    for got, want in [(v16, v_ref), (gx16, gx_ref), (gw16, gw_ref)]:
+        err = (got.double() - want).abs().max().item() / scale(want)
+        assert 1e-4 < err < 5e-2  # bfloat16, not float32, and still close
+    with route_in_autocast_dtype(True):  # outside autocast: float32 as ever
+        torch.testing.assert_close(layer(x), v32.detach())
 
 
 def test_primary_caps_memory_order():

@@ -11,6 +11,7 @@ from selfcaps.caps.layers import (
     SelfRoutingDense,
     child_votes,
     flatten_caps,
+    route_in_autocast_dtype,
     unfold_caps,
     use_fused_routing,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "em_routing",
     "flatten_caps",
     "fused_dense_routing",
+    "route_in_autocast_dtype",
     "safe_norm",
     "self_routing",
     "squash",

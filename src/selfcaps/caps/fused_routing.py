@@ -243,6 +243,7 @@ def fused_dense_routing(
     agreement: Agreement = "dot",
     normalize: Normalize = "parents",
     detach_intermediate: bool = False,
+    float32_under_autocast: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Votes ``u_hat_{j|i} = W_ij u_i`` and dynamic routing, fused (see module docstring).
 
@@ -257,6 +258,11 @@ def fused_dense_routing(
         agreement: ``"dot"`` or ``"cosine"``.
         normalize: ``"parents"`` or ``"children"``.
         detach_intermediate: Gradients through the last iteration only.
+        float32_under_autocast: Under autocast (or with bfloat16/float16 poses), route in
+            float32 and return poses in the input's dtype (the default). ``False``: route in
+            autocast's dtype (or the poses'), votes, routing iterations and gradients
+            included, which is faster on a CPU with native bfloat16 and less exact
+            (``trainer.routing_precision: autocast``, docs/benchmarks.md).
 
     Returns:
         ``(v, c)``: parent poses ``(B, M, Dout)`` and final coupling coefficients
@@ -283,10 +289,18 @@ def fused_dense_routing(
         raise ValueError(f"agreement must be 'dot' or 'cosine', got {agreement!r}")
     if normalize not in ("parents", "children"):
         raise ValueError(f"normalize must be 'parents' or 'children', got {normalize!r}")
-    dtype = x.dtype
-    if dtype in (torch.float16, torch.bfloat16):  # route in float32 under autocast
-        x, weight = x.float(), weight.float()
-    v, c = _FusedDenseRouting.apply(
-        x, weight, out_caps, iters, agreement, normalize, detach_intermediate
-    )
-    return v.to(dtype), c
+    dtype, device = x.dtype, x.device.type
+    low = (torch.float16, torch.bfloat16)
+    if float32_under_autocast:
+        if dtype in low:
+            x, weight = x.float(), weight.float()
+    else:  # route in the low precision autocast chose (or the poses')
+        if dtype not in low and torch.is_autocast_enabled(device):
+            x = x.to(torch.get_autocast_dtype(device))
+        weight = weight.to(x.dtype)
+    # Autocast off inside: it would cast the votes' and the routing's products to its dtype.
+    with torch.autocast(device, enabled=False):
+        v, c = _FusedDenseRouting.apply(
+            x, weight, out_caps, iters, agreement, normalize, detach_intermediate
+        )
+    return (v.to(dtype), c) if float32_under_autocast else (v, c)

@@ -63,6 +63,7 @@ from selfcaps.eval.paired import PairedResult, paired_comparison
 __all__ = [
     "DEFAULT_REGISTRY",
     "HASH_EXCLUDED",
+    "HASH_OMITTED_AT",
     "Arm",
     "RegistryError",
     "Row",
@@ -87,6 +88,9 @@ HASH_EXCLUDED = (
     "trainer.checkpoint_every_n_minutes",
     "trainer.checkpoint_every_n_steps",
 )
+#: Keys added after rows were measured, left out of the hash at the value that reproduces the
+#: code before them (so that adding them does not make every row stale); any other value counts.
+HASH_OMITTED_AT = {"trainer.routing_precision": "float32"}
 
 _REQUIRED = (
     "id", "kind", "tables", "method", "what", "rung", "budget", "dataset", "metric", "seeds",
@@ -165,6 +169,8 @@ class Row:
 def config_hash(cfg: Any) -> str:
     """Short SHA-256 of a resolved configuration, without :data:`HASH_EXCLUDED`.
 
+    A key of :data:`HASH_OMITTED_AT` is left out at its value there, hashed at any other.
+
     Args:
         cfg: A configuration (``DictConfig`` or nested dict).
 
@@ -174,15 +180,22 @@ def config_hash(cfg: Any) -> str:
     Examples:
         >>> config_hash({"seed": 1, "a": {"b": 2}}) == config_hash({"a": {"b": 2}, "seed": 5})
         True
+        >>> none, low = {"trainer": {}}, {"trainer": {"routing_precision": "autocast"}}
+        >>> config_hash({"trainer": {"routing_precision": "float32"}}) == config_hash(none)
+        True
+        >>> config_hash(low) == config_hash(none)
+        False
     """
     data = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
     data = json.loads(json.dumps(data))  # a deep copy with plain types
-    for key in HASH_EXCLUDED:
+    for key in (*HASH_EXCLUDED, *HASH_OMITTED_AT):
         *parents, leaf = key.split(".")
         node = data
         for p in parents:
             node = node.get(p, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
+        if isinstance(node, dict) and (
+            key not in HASH_OMITTED_AT or node.get(leaf) == HASH_OMITTED_AT[key]
+        ):
             node.pop(leaf, None)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -439,8 +439,12 @@ def _train(
     last = out / "checkpoints" / "last.ckpt"
     if int(method.cfg.trainer.epochs) > 0:
         stop.training = True
+        from selfcaps.caps.layers import route_in_autocast_dtype  # (imports torch)
+
+        low_routing = method.cfg.trainer.get("routing_precision", "float32") == "autocast"
         try:
-            trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
+            with route_in_autocast_dtype(low_routing):  # only matters under autocast
+                trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         finally:
             stop.training = False
     else:  # no training phase (e.g. MCAE's no-pretraining baseline): keep the initial weights

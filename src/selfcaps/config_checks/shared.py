@@ -79,6 +79,12 @@ def check(cfg: Any) -> None:
         lambda v: v is None or v == "auto" or (not isinstance(v, str) and v >= 1),
         "null (every core), 'auto' (the cores the load leaves free) or a number >= 1",
     )
+    check_key(
+        cfg,
+        "trainer.routing_precision",
+        lambda v: v in ("float32", "autocast"),
+        "'float32' (route in float32 under autocast) or 'autocast' (in its low precision)",
+    )
     check_key(cfg, "monitor.knn_every_n_epochs", lambda v: v >= 0, "a number of epochs >= 0")
     check_key(cfg, "monitor.bank_size", _optional_positive, "null or a number of images >= 1")
     for section in ("monitor", "eval"):
