@@ -258,3 +258,16 @@ def test_the_evaluation_records_the_trained_and_the_untrained_weights(run_dir):
     m = assert_evaluation_record(run_dir, "eval_test")
     assert m["eval_untrained_weights"] != m["eval_test_weights"]  # eval.baselines is on
     assert m["eval_untrained_query_n"] == m["eval_test_query_n"]
+
+
+def test_bf16_mixed_trains_every_stage(tmp_path):
+    """Under ``--precision bf16-mixed`` stage 1 runs in autocast and the CD stages in float32:
+    stage 2 once failed when it assigned a bfloat16 update to a float32 parameter's grad."""
+    out = tmp_path / "run"
+    argv = ["run", "poe", "--out", str(out), "--epochs", "3", "--precision", "bf16-mixed"]
+    assert main([*argv, *TINY, "eval.baselines=false"]) == 0
+    with open(out / "metrics.csv") as f:
+        stages = {float(r["stage"]) for r in csv.DictReader(f) if r.get("stage")}
+    assert stages == {1.0, 2.0, 3.0}
+    m = json.loads((out / "metrics.json").read_text())
+    assert np.isfinite(m["recon_caps_mse"]) and np.isfinite(m["recon_encoder_mse"])

@@ -256,9 +256,10 @@ class PoE(CapsuleMethod):
     def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """This stage's update, left in the parameters' ``.grad``; returns a monitor loss.
 
-        Stage 1: the autoencoder's BCE (backpropagated only if finite). Stages 2 and 3:
-        ``grad = -update`` (averaged over processes under DDP) and, as the loss, the
-        batch's free-energy gap (stage 2) or capsule reconstruction MSE (stage 3).
+        Stage 1: the autoencoder's BCE (backpropagated only if finite; under autocast with
+        ``bf16-mixed``). Stages 2 and 3: ``grad = -update`` (averaged over processes under
+        DDP), always computed in float32, and, as the loss, the batch's free-energy gap
+        (stage 2) or capsule reconstruction MSE (stage 3).
         """
         x = batch[0]
         net, stage, cd = self.poe, self.stage, self.cfg.cd
@@ -270,7 +271,9 @@ class PoE(CapsuleMethod):
                 self.manual_backward(loss)
             return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
         net.ae.eval()
-        with torch.no_grad():
+        # Stages 2 and 3 in float32 under bf16-mixed too: the CD updates are sums of small
+        # differences (Algorithm 1) and the parameters' .grad must keep their dtype.
+        with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
             code = self.compiled(net.ae.encode)(x)
             if net.center and self.current_epoch == int(self.cfg.model.stage_epochs[0]):
                 self._observe_codes(code)
