@@ -44,6 +44,8 @@ def test_every_shipped_preset_loads(method, preset):
         ("mcae", "paper_imagewoof", "paper_imagenette", {"data.name"}),
         # docs/methods/coca.md's 60-minute run: quick_cifar10 (batch 64) on the clock
         ("coca", "cifar10_1h", "quick_cifar10", {"trainer.epochs", "trainer.max_time"}),
+        # bfloat16 for CPUs with native bfloat16 (docs/benchmarks.md)
+        ("coca", "quick_bf16", "quick", {"trainer.precision", "trainer.routing_precision"}),
     ],
 )
 def test_extends_changes_only_what_the_child_sets(method, preset, parent, changed):
