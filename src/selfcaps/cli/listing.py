@@ -36,7 +36,7 @@ def format_listing(what: str = "all", pattern: str = "*") -> str:
 
     Examples:
         >>> print(format_listing("methods").splitlines()[0])
-        coca         presets: cifar10_1h, paper, quick, quick_cifar10
+        coca         presets: cifar10_1h, paper, quick, quick_bf16, quick_cifar10
     """
     datasets = list(DATASETS)
     if what == "methods":
