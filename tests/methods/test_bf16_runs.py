@@ -1,5 +1,6 @@
 """Every method trains and evaluates under ``--precision bf16-mixed``, on a tiny budget.
 
+SparseCaps on the embedded mnist5k (its affNIST-like test set then distorts those digits).
 PoE's own bf16 test is in ``test_poe_e2e.py`` (its stage 2 once crashed under autocast, hidden
 because the precision benchmark times only stage 1). The numbers are not compared with
 float32 here: docs/benchmarks.md measures that over seeds.
@@ -12,10 +13,16 @@ import pytest
 import yaml
 
 from selfcaps.cli import main
-from tests.methods import test_coca_e2e, test_encapnet_e2e, test_mcae_e2e
+from tests.methods import test_coca_e2e, test_encapnet_e2e, test_mcae_e2e, test_sparsecaps_e2e
 
 RUNS = {
     "coca": ["--epochs", "1", *test_coca_e2e.TINY],
+    "sparsecaps": [
+        "--epochs",
+        "1",
+        *test_sparsecaps_e2e.TINY_MODEL,
+        *test_sparsecaps_e2e.TINY,
+    ],
     "mcae": ["--pretrain-epochs", "1", "--finetune-epochs", "1", *test_mcae_e2e.TINY],
     "encapnet": [
         "--epochs",
