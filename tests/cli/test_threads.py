@@ -124,17 +124,24 @@ def test_apply_threads_default_ignores_the_load(monkeypatch, capsys, torch_threa
 
 def test_cpu_times_reads_proc_stat_format(tmp_path):
     stat = tmp_path / "stat"
-    stat.write_text("cpu  10 2 30 400 5 6 7 8 0 0\ncpu0 5 1 15 200 2 3 3 4 0 0\n")
+    stat.write_text(
+        "cpu  30 4 60 800 10 12 14 16 0 0\n"
+        "cpu0 10 2 30 400 5 6 7 8 0 0\n"
+        "cpu1 20 2 30 400 5 6 7 8 0 0\n"
+        "intr 12345 0 0\n"
+    )
     # busy = user + nice + system + irq + softirq + steal; total adds idle and iowait
-    assert threads._cpu_times(str(stat)) == (10 + 2 + 30 + 6 + 7 + 8, 468)
+    assert threads._cpu_times(str(stat)) == (63 + 73, 468 + 478)
+    assert threads._cpu_times(str(stat), cpus={1}) == (73, 478)  # only the allowed CPUs
+    assert threads._cpu_times(str(stat), cpus={7}) is None  # none of them listed
     assert threads._cpu_times(str(tmp_path / "absent")) is None
 
 
 def test_cores_busy_now_from_two_readings(monkeypatch):
     readings = iter([(100, 1000), (150, 1100)])  # half the CPU time of the interval was busy
-    monkeypatch.setattr(threads, "_cpu_times", lambda: next(readings))
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(threads, "_cpu_times", lambda cpus: next(readings))
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert threads.cores_busy_now(interval=0.0) == pytest.approx(2.0)  # 4 CPUs x 50%
-    monkeypatch.setattr(threads, "_cpu_times", lambda: None)  # not Linux: the load average
+    monkeypatch.setattr(threads, "_cpu_times", lambda cpus: None)  # not Linux: the load average
     monkeypatch.setattr(threads, "_load_average", lambda: 1.7)
     assert threads.cores_busy_now(interval=0.0) == 1.7

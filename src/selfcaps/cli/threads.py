@@ -17,8 +17,8 @@ count instead.
 Unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``, the
 command chooses how OpenMP threads wait at a barrier before torch is imported
 (:func:`set_openmp_wait`), from the cores other work uses when it starts (CPU use over 0.1 s
-from ``/proc/stat``: the load average lags by a minute, so a run started right after
-another would count it). The wait policy changes no number a run computes, only its speed,
+of the CPUs the process may run on, from ``/proc/stat``: the load average lags by a minute,
+so a run started right after another would count it, and counts other jobs' cores). The wait policy changes no number a run computes, only its speed,
 so reading the machine here is safe:
 
 * cores busy (at least one, rounded): ``OMP_WAIT_POLICY=PASSIVE``. A waiting thread sleeps
@@ -124,33 +124,56 @@ def auto_threads(processes: int = 1, use_load: bool = True) -> tuple[int, str]:
     )
 
 
-def _cpu_times(path: str = "/proc/stat") -> tuple[int, int] | None:
-    """``(busy, total)`` jiffies of all CPUs since boot (Linux), or ``None``."""
+def _cpu_times(
+    path: str = "/proc/stat", cpus: set[int] | None = None
+) -> tuple[float, float] | None:
+    """``(busy, total)`` jiffies since boot of ``cpus`` (default: all), summed (Linux).
+
+    Read from the per-CPU lines ``cpuN`` of ``path``; ``None`` if it cannot be read or names
+    none of ``cpus``. Busy is everything but idle and iowait.
+    """
+    busy = total = 0.0
+    seen = False
     try:
         with open(path) as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]  # user .. steal
+            for line in f:
+                name, *values = line.split()
+                if not name.startswith("cpu") or name == "cpu":
+                    continue
+                if not name[3:].isdigit():
+                    break
+                if cpus is not None and int(name[3:]) not in cpus:
+                    continue
+                fields = [float(v) for v in values[:8]]  # user .. steal
+                if len(fields) < 5:
+                    return None
+                busy += sum(fields) - fields[3] - fields[4]
+                total += sum(fields)
+                seen = True
     except (OSError, ValueError):
         return None
-    if len(fields) < 5:
-        return None
-    return sum(fields) - fields[3] - fields[4], sum(fields)  # minus idle and iowait
+    return (busy, total) if seen else None
 
 
 def cores_busy_now(interval: float = 0.1) -> float:
-    """Cores the machine's other work keeps busy now: CPU use over ``interval`` seconds.
+    """Cores of this process's CPUs that other work keeps busy now, over ``interval`` seconds.
 
-    Read from ``/proc/stat`` twice (Linux; the calling process sleeps in between, so its own
-    use is not counted); elsewhere the one-minute load average, which lags by about a minute
-    (NaN if neither is available).
+    Read from ``/proc/stat`` twice (Linux), counting only the CPUs this process may run on
+    (its affinity: a batch scheduler's allocation, ``taskset``), so that other jobs on other
+    cores do not count; the process sleeps in between, so its own use does not count either.
+    Elsewhere the one-minute load average, which lags by about a minute (NaN if neither is
+    available).
     """
-    first = _cpu_times()
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    first = _cpu_times(cpus=cpus)
     if first is None:
         return _load_average()
     time.sleep(interval)
-    second = _cpu_times()
+    second = _cpu_times(cpus=cpus)
     if second is None or second[1] <= first[1]:
         return _load_average()
-    return (os.cpu_count() or 1) * (second[0] - first[0]) / (second[1] - first[1])
+    n = len(cpus) if cpus else (os.cpu_count() or 1)
+    return n * (second[0] - first[0]) / (second[1] - first[1])
 
 
 def set_openmp_wait(
