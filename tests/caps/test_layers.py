@@ -297,3 +297,11 @@ def test_fused_routing_switch_gives_same_layer_output():
         (g2,) = torch.autograd.grad(v2.sum(), u)
     torch.testing.assert_close(v1, v2)
     torch.testing.assert_close(g1, g2)
+
+
+def test_autocast_dtype_is_read_on_and_off():
+    from selfcaps.caps.fused_routing import _autocast_dtype
+
+    assert _autocast_dtype("cpu") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _autocast_dtype("cpu") == torch.bfloat16

@@ -235,6 +235,21 @@ class _FusedDenseRouting(torch.autograd.Function):
         return grad_x, grad_w, None, None, None, None, None
 
 
+def _autocast_dtype(device: str) -> torch.dtype | None:
+    """The dtype autocast casts to on ``device`` now, or ``None`` when it is off.
+
+    ``torch.get_autocast_dtype(device)`` exists from torch 2.4; older releases (we support
+    2.2) name the CPU and CUDA variants separately.
+    """
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    if device == "cpu":
+        on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    else:
+        on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    return dtype if on else None
+
+
 def fused_dense_routing(
     x: Tensor,
     weight: Tensor,
@@ -295,8 +310,9 @@ def fused_dense_routing(
         if dtype in low:
             x, weight = x.float(), weight.float()
     else:  # route in the low precision autocast chose (or the poses')
-        if dtype not in low and torch.is_autocast_enabled(device):
-            x = x.to(torch.get_autocast_dtype(device))
+        autocast_dtype = _autocast_dtype(device)
+        if dtype not in low and autocast_dtype is not None:
+            x = x.to(autocast_dtype)
         weight = weight.to(x.dtype)
     # Autocast off inside: it would cast the votes' and the routing's products to its dtype.
     with torch.autocast(device, enabled=False):

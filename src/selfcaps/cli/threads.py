@@ -18,8 +18,9 @@ Unless the user set ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME``
 command chooses how OpenMP threads wait at a barrier before torch is imported
 (:func:`set_openmp_wait`), from the cores other work uses when it starts (CPU use over 0.1 s
 of the CPUs the process may run on, from ``/proc/stat``: the load average lags by a minute,
-so a run started right after another would count it, and counts other jobs' cores). The wait policy changes no number a run computes, only its speed,
-so reading the machine here is safe:
+so a run started right after another would count it, and counts other jobs' cores). The
+wait policy changes no number a run computes, only its speed, so reading the machine here is
+safe:
 
 * cores busy (at least one, rounded): ``OMP_WAIT_POLICY=PASSIVE``. A waiting thread sleeps
   instead of spinning on a core that another job needs while the thread it waits for cannot
