@@ -214,14 +214,13 @@ def arms_of(cases: list[str]) -> list[str]:
     return [a for a in ARMS if a in wanted]
 
 
-def command(out: Path, arm: str, seed: int, steps: int, data_root: str) -> list[str]:
-    """The ``selfcaps run encapnet`` command of one run (``OUT/ARM_sSEED``)."""
+def run_args(out: Path, arm: str, seed: int, steps: int, data_root: str) -> list[str]:
+    """The arguments of ``selfcaps`` for one run (``run encapnet ...``, in ``OUT/ARM_sSEED``)."""
     common = [
         *("--data", "cifar10", "--data-root", data_root, "--threads", "1", "--no-progress"),
         "trainer.max_time=null",
     ]
     return [
-        *SELFCAPS_COMMAND,
         *("run", "encapnet", "--out", str(out / f"{arm}_s{seed}")),
         *common,
         *budget_args(steps),
@@ -240,23 +239,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-root", default=os.environ.get("DATA_ROOT", "./data"))
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = p.parse_args(argv)
-    n = len(SELFCAPS_COMMAND)
     for arm in arms_of(args.case):
         for seed in args.seeds:
-            fresh = command(args.out, arm, seed, args.steps, args.data_root)
+            fresh = run_args(args.out, arm, seed, args.steps, args.data_root)
             run_dir = args.out / f"{arm}_s{seed}"
             metrics = run_dir / "metrics.json"
-            to_run = args_to_run("encapnet", run_dir, fresh[n:])  # a stopped run resumes
+            to_run = args_to_run("encapnet", run_dir, fresh)  # a stopped run resumes
             done = to_run is None
             if done and (got := json.loads(metrics.read_text()).get("steps")) != args.steps:
                 raise SystemExit(
                     f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            cmd = fresh if done else [*SELFCAPS_COMMAND, *to_run]
-            print(("# done: " if done else "") + " ".join(cmd[1:]), flush=True)
+            shown = fresh if done else to_run
+            print(("# done: " if done else "") + " ".join(["-m", "selfcaps", *shown]), flush=True)
             if not (done or args.dry_run):
-                subprocess.run(cmd, check=True)
+                subprocess.run([*SELFCAPS_COMMAND, *to_run], check=True)
 
 
 if __name__ == "__main__":

@@ -49,10 +49,10 @@ COLUMNS = (
 )
 
 
-def command(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
-    """The ``selfcaps run`` command of one run."""
+def run_args(out: Path, arm: str, seed: int, extra: list[str]) -> list[str]:
+    """The arguments of ``selfcaps`` for one run (``run poe ...``)."""
     return [
-        *SELFCAPS_COMMAND, "run", "poe", "--preset", PRESET,
+        "run", "poe", "--preset", PRESET,
         "--out", str(out / f"{arm}_s{seed}"), "--seed", str(seed),
         "--threads", "1", "--no-progress", *ARMS[arm], *extra,
     ]  # fmt: skip
@@ -102,9 +102,9 @@ def main() -> None:
         return
     for seed in args.seeds:
         for arm in args.arms:
-            fresh = command(args.out, arm, seed, extra)
+            fresh = run_args(args.out, arm, seed, extra)
             # Finished: skip; SIGTERM, a crash: continue, not restart.
-            to_run = args_to_run("poe", args.out / f"{arm}_s{seed}", fresh[len(SELFCAPS_COMMAND) :])
+            to_run = args_to_run("poe", args.out / f"{arm}_s{seed}", fresh)
             if to_run is not None:
                 subprocess.run([*SELFCAPS_COMMAND, *to_run], check=True)
 

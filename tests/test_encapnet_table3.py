@@ -27,7 +27,7 @@ def _config(arm, steps=200):
     """The resolved configuration of one run, as `selfcaps run` builds it (no data read)."""
     from selfcaps.cli import run
 
-    argv = table3.command(Path("/nonexistent/out"), arm, 0, steps, "/nonexistent/data")[3:]
+    argv = table3.run_args(Path("/nonexistent/out"), arm, 0, steps, "/nonexistent/data")
     args, extra = build_parser(argv).parse_known_args(argv)
     args.overrides = list(args.overrides) + extra
     old = run.check_files_present

@@ -32,7 +32,8 @@ def test_poe_ablation_arms_each_put_one_change_back_to_the_paper():
             section, name = key.split(".")
             assert cfg[section][name] != full[section][name], (arm, key)
             assert cfg[section][name] == quick[section][name], (arm, key)
-    cmd = module.command(Path("/o"), "no_sparsity", 2, ["--data", "mnist"])
+    cmd = module.run_args(Path("/o"), "no_sparsity", 2, ["--data", "mnist"])
+    assert cmd[:4] == ["run", "poe", "--preset", module.PRESET]
     assert cmd[-4:] == ["--no-progress", "cd.sparsity=0", "--data", "mnist"]
     assert "/o/no_sparsity_s2" in cmd and cmd[cmd.index("--seed") :][:2] == ["--seed", "2"]
 
