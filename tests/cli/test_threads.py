@@ -66,12 +66,16 @@ def test_wait_policy_in_words():
     assert wait_policy({"GOMP_SPINCOUNT": "3000"}) == "spin 3000 then sleep"
 
 
-def _command_policy(busy: float) -> str:
+#: A command of a training subcommand that stops at a configuration error, before torch.
+TRAINING_COMMAND = ["run", "coca", "optim.lr=-1"]
+
+
+def _command_policy(busy: float, argv: list[str] = TRAINING_COMMAND) -> str:
     """The wait variables the command sets, in a fresh interpreter with the busy cores given."""
     code = (
         "import os, sys; from selfcaps.cli import threads; "
         f"threads.cores_busy_now = lambda: {busy}; "
-        "from selfcaps.cli.main import main; main(['list']); "
+        f"from selfcaps.cli.main import main; main({argv!r}); "
         "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), "
         "'torch' in sys.modules)"
     )
@@ -85,6 +89,10 @@ def _command_policy(busy: float) -> str:
 def test_the_command_sets_the_wait_policy_before_torch():
     assert _command_policy(2.0) == "PASSIVE None False"
     assert _command_policy(0.1) == "None 3000 False"
+
+
+def test_commands_without_tensor_work_skip_the_cpu_sampling():
+    assert _command_policy(2.0, ["list"]) == "None None False"
 
 
 @pytest.fixture

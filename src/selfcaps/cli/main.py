@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cache": ("cache", "where decoded datasets are cached (--list), and freeing it (--clear)"),
 }
 _SAME_ARGUMENTS = {"pretrain": "run"}
+#: Subcommands that do no parallel tensor work: no OpenMP wait policy to choose for them, and
+#: choosing one costs 0.1 s of sampling the CPUs (cli/threads.py), which they answer faster.
+_NO_TENSOR_WORK = frozenset({"list", "report", "cache"})
 
 
 def _quiet_third_party() -> None:
@@ -142,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _quiet_third_party()
-    set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
+    if _command_of(argv) not in _NO_TENSOR_WORK:
+        set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
     from selfcaps.methods.stopping import Interrupted  # (imports no torch)
 
     try:
