@@ -126,7 +126,7 @@ def measure_method(name: str, args: argparse.Namespace) -> dict[str, Any]:
     times: dict[str, list[float]] = {k: [] for k in PRECISIONS}
     cpu: dict[str, list[float]] = {k: [] for k in PRECISIONS}
     loop: dict[str, list[float]] = {k: [] for k in PRECISIONS}
-    ratios: dict[str, list[float]] = {"bf16": [], "bf16r": []}
+    ratios: dict[str, list[float]] = {k: [] for k in PRECISIONS if k != "fp32"}
     for _ in range(args.rounds):
         for key, (precision, _, low_routing) in PRECISIONS.items():
             with route_in_autocast_dtype(low_routing):
@@ -178,12 +178,11 @@ def main() -> None:
     set_threads(args.threads)
     quiet_lightning()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    peak = {
-        k: max(gemm_peak_flops(n, 3, dt, clock=clock) for n in args.gemm_sizes)
-        for k, (_, dt, _) in PRECISIONS.items()
-        if k != "bf16r"
+    dtype_peak = {
+        dt: max(gemm_peak_flops(n, 3, dt, clock=clock) for n in args.gemm_sizes)
+        for dt in {dt for _, dt, _ in PRECISIONS.values()}
     }
-    peak["bf16r"] = peak["bf16"]
+    peak = {k: dtype_peak[dt] for k, (_, dt, _) in PRECISIONS.items()}
     print(
         f"{args.preset} presets, {torch.get_num_threads()} thread(s), {args.clock} time, CPU "
         f"capability {torch.backends.cpu.get_cpu_capability()}, load average "
