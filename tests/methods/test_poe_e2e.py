@@ -271,3 +271,29 @@ def test_bf16_mixed_trains_every_stage(tmp_path):
     assert stages == {1.0, 2.0, 3.0}
     m = json.loads((out / "metrics.json").read_text())
     assert np.isfinite(m["recon_caps_mse"]) and np.isfinite(m["recon_encoder_mse"])
+
+
+def test_rejudge_reproduces_the_run_with_its_own_judge_and_keeps_metrics(run_dir, tmp_path):
+    """experiments/poe_rejudge.py: the run's own judge length gives the run's own purities (the
+    judge and the samples are seeded as in the run); another length adds an entry of its own."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    before = (copy / "metrics.json").read_text()
+    rejudge = load_script("poe_rejudge")
+    result = rejudge.rejudge(copy, [1, 2], None)
+    m = json.loads(before)
+    own = result["1"]  # TINY trains the judge for 1 epoch
+    for key in ("judge_test_top1", "purity_mean", "purity_classes_covered",
+                "purity_majority_classes", "purity_mean_restricted",
+                "purity_majority_classes_restricted"):  # fmt: skip
+        assert own[key] == m[key], key
+    assert result["2"]["judge_epochs"] == 2 and 0 <= result["2"]["judge_test_top1"] <= 100
+    assert (copy / "metrics.json").read_text() == before
+    with pytest.raises(ValueError, match="expected poe"):
+        (copy / "config.yaml").write_text((copy / "config.yaml").read_text().replace(
+            "method: poe", "method: coca"))  # fmt: skip
+        rejudge.rejudge(copy, [1], None)

@@ -1,0 +1,98 @@
+"""PoE capsules: how much the purity metrics depend on the judging CNN.
+
+A capsule's purity is the share of its samples that a small CNN, trained on the run's
+training split, gives its most frequent class (``selfcaps.methods.poe_judge``). The judge is
+a measuring instrument with its own errors: a judge that misreads real digits also misreads
+samples. This script rescores the *same* samples of finished runs (their ``best.ckpt``, the
+run's ``samples.seed`` and ``samples.per_capsule``) with judges trained for several numbers of
+epochs, everything else as the run's own evaluation, and prints per run and judge: the judge's
+test top-1, mean purity and classes covered in the complete and the restricted domain.
+With the run's own ``judge.epochs`` it reproduces the run's ``metrics.json`` (the judge's
+initialisation and batch order are seeded from the run's seed).
+
+The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs,
+merged with what is there); the run's ``metrics.json`` is not touched.
+
+Usage::
+
+    PYTHONPATH=src python experiments/poe_rejudge.py RUN_DIR [RUN_DIR ...]
+        [--judge-epochs 2 10] [--data-root DIR] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from selfcaps.cli.config import load_yaml
+from selfcaps.cli.protocols import load_run
+from selfcaps.cli.run import resolve_data_root
+from selfcaps.eval.progress import set_progress
+from selfcaps.methods.atomic import update_json
+from selfcaps.methods.poe_judge import purity_metrics, train_judge
+
+DOMAINS = {"": False, "_restricted": True}  # metric suffix -> restricted domain
+
+
+def rejudge(run_dir: Path, epochs: list[int], data_root: str | None) -> dict[str, Any]:
+    """Score one run's samples with a judge trained for each number of ``epochs``.
+
+    Args:
+        run_dir: A finished ``poe`` run directory.
+        epochs: Judge training epochs to try, in order.
+        data_root: Dataset root (default: the run's, then ``SELFCAPS_DATA``).
+
+    Returns:
+        ``{str(e): {judge_test_top1, purity_mean[_restricted],
+        purity_classes_covered[_restricted], purity_majority_classes[_restricted]}}``.
+
+    Raises:
+        ValueError: ``run_dir`` is not a run of ``poe``.
+    """
+    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
+    if str(cfg.method) != "poe":
+        raise ValueError(f"{run_dir}: a run of {cfg.method}, expected poe")
+    cfg.data.root, source = resolve_data_root(data_root, cfg.data.root)
+    method, dm = load_run(argparse.Namespace(run_dir=run_dir, checkpoint="best"), cfg, source)
+    net, samples, device = method.poe, method.cfg.samples, method.device
+    domains = DOMAINS if bool((net.hemisphere != 0).any()) else {"": False}
+    out: dict[str, Any] = {}
+    for e in epochs:
+        method.cfg.judge.epochs = e
+        judge, top1 = train_judge(dm, method.cfg, method.info, method.device)
+        row: dict[str, Any] = {"judge_epochs": e, "judge_test_top1": top1}
+        with torch.no_grad():
+            for suffix, restricted in domains.items():
+                m = purity_metrics(net, judge, samples, device, suffix, restricted)
+                for key in ("purity_mean", "purity_classes_covered", "purity_majority_classes"):
+                    row[key + suffix] = m[key + suffix]
+        out[str(e)] = row
+    return out
+
+
+def main() -> None:
+    """Rescore each run; print one JSON line per run and judge."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", type=Path, nargs="+")
+    p.add_argument("--judge-epochs", type=int, nargs="+", default=[2, 10])
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    if any(e < 1 for e in args.judge_epochs):
+        p.error(f"--judge-epochs: expected numbers >= 1, got {args.judge_epochs}")
+    torch.set_num_threads(args.threads)
+    set_progress(False)
+    for run_dir in args.run_dirs:
+        result = rejudge(run_dir, args.judge_epochs, args.data_root)
+        update_json(run_dir / "rejudge.json", result)
+        for row in result.values():
+            print(json.dumps({"run": str(run_dir), **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
