@@ -95,7 +95,9 @@ def shrink_png(src: Path, max_side: int, max_kb: float) -> bytes:
     raise ValueError(f"{src}: cannot be brought under {max_kb} kB")
 
 
-def collect(run_dir: Path, *, max_side: int, max_kb: float, command: str | None) -> Path:
+def collect(
+    run_dir: Path, *, max_side: int, max_kb: float, command: str | None, dest: str | None = None
+) -> Path:
     """Copy the downsized figures of one run into ``docs/figures/<method>/``.
 
     Args:
@@ -103,20 +105,24 @@ def collect(run_dir: Path, *, max_side: int, max_kb: float, command: str | None)
         max_side: longest side of each PNG in pixels.
         max_kb: size limit of each PNG in kilobytes.
         command: the command that produced the run, if this script ran it.
+        dest: directory name under ``docs/figures/`` (default: the run's method).
 
     Returns:
         The directory the figures were written to.
 
     Raises:
         FileNotFoundError: naming the missing file when ``run_dir`` is not a finished run.
+        ValueError: ``dest`` is not a plain directory name.
     """
+    if dest is not None and (not dest or Path(dest).name != dest or dest.startswith(".")):
+        raise ValueError(f"--dest: expected a directory name under docs/figures/, got {dest!r}")
     for name in ("config.yaml", "metrics.json", "figures"):
         if not (run_dir / name).exists():
             raise FileNotFoundError(f"{run_dir} is not a finished run: {name} is missing")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     method = metrics.get("method") or config["method"]
-    out = DOCS_FIGURES / method
+    out = DOCS_FIGURES / (dest or method)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.png"):
         old.unlink()
@@ -185,6 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         "--command",
         help="the selfcaps command that made the run (one run directory), for figures.json",
     )
+    c.add_argument(
+        "--dest",
+        help="write into docs/figures/DEST/ instead of docs/figures/<method>/ (one run directory)",
+    )
     args, extra = p.parse_known_args(argv)
     if args.action == "run":
         bad = [a for a in extra if "=" not in a or a.startswith("-")]
@@ -196,10 +206,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.action == "run":
         outs = [run_and_collect(args)]
     else:
-        if args.command and len(args.run_dirs) > 1:
-            p.error("--command describes one run directory; collect the others separately")
+        if (args.command or args.dest) and len(args.run_dirs) > 1:
+            p.error("--command and --dest describe one run directory; collect others separately")
         outs = [
-            collect(d, max_side=args.max_side, max_kb=args.max_kb, command=args.command)
+            collect(
+                d, max_side=args.max_side, max_kb=args.max_kb, command=args.command, dest=args.dest
+            )
             for d in args.run_dirs
         ]
     for out in outs:

@@ -74,6 +74,27 @@ def test_collect_writes_figures_and_provenance(tmp_path: Path, monkeypatch) -> N
     assert record["git_commit"] == "1234567+dirty"  # the run's, not the collecting checkout's
 
 
+def test_collect_into_a_named_directory_keeps_the_method_s_figures(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(docs_figures, "DOCS_FIGURES", tmp_path / "docs_figures")
+    runs = {}
+    for name, side in (("a", 100), ("b", 60)):
+        run = runs[name] = tmp_path / name
+        (run / "figures").mkdir(parents=True)
+        (run / "config.yaml").write_text("method: poe\nseed: 0\n")
+        (run / "metrics.json").write_text(json.dumps({"method": "poe", "preset": name}))
+        _noise_png(run / "figures" / "samples.png", side, side)
+    docs_figures.collect(runs["a"], max_side=720, max_kb=150, command=None)
+    out = docs_figures.collect(runs["b"], max_side=720, max_kb=150, command=None, dest="poe_b")
+    assert out == tmp_path / "docs_figures" / "poe_b"
+    assert Image.open(out / "samples.png").size == (60, 60)
+    first = tmp_path / "docs_figures" / "poe"
+    assert Image.open(first / "samples.png").size == (100, 100)  # not replaced
+    assert json.loads((first / "figures.json").read_text())["preset"] == "a"
+    for bad in ("", "../x", "a/b", ".hidden"):
+        with pytest.raises(ValueError, match="--dest"):
+            docs_figures.collect(runs["b"], max_side=720, max_kb=150, command=None, dest=bad)
+
+
 def test_collect_names_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("method: coca\n")
     with pytest.raises(FileNotFoundError, match=r"metrics\.json is missing"):
