@@ -7,8 +7,10 @@ samples. This script rescores the *same* samples of finished runs (their ``best.
 run's ``samples.seed`` and ``samples.per_capsule``) with judges trained for several numbers of
 epochs, everything else as the run's own evaluation, and prints per run and judge: the judge's
 test top-1, mean purity and classes covered in the complete and the restricted domain.
-With the run's own ``judge.epochs`` it reproduces the run's ``metrics.json`` (the judge's
-initialisation and batch order are seeded from the run's seed).
+With the run's own ``judge.epochs`` and thread count (``--threads``, default 1 as in the
+presets' runs) it reproduces the run's ``metrics.json`` (the judge's initialisation and batch
+order are seeded from the run's seed; another thread count sums in another order and can move a
+purity by a tenth of a point).
 
 The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs,
 merged with what is there); the run's ``metrics.json`` is not touched.
