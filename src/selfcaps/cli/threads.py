@@ -91,10 +91,14 @@ def _load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
 
 
+def _affinity() -> set[int] | None:
+    """The CPUs this process may run on (a scheduler's allocation, ``taskset``), if known."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+
+
 def _allowed_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    cpus = _affinity()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 @functools.cache
@@ -165,7 +169,7 @@ def cores_busy_now(interval: float = 0.1) -> float:
     Elsewhere the one-minute load average, which lags by about a minute (NaN if neither is
     available).
     """
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cpus = _affinity()
     first = _cpu_times(cpus=cpus)
     if first is None:
         return _load_average()
@@ -173,8 +177,7 @@ def cores_busy_now(interval: float = 0.1) -> float:
     second = _cpu_times(cpus=cpus)
     if second is None or second[1] <= first[1]:
         return _load_average()
-    n = len(cpus) if cpus else (os.cpu_count() or 1)
-    return n * (second[0] - first[0]) / (second[1] - first[1])
+    return _allowed_cpus() * (second[0] - first[0]) / (second[1] - first[1])
 
 
 def set_openmp_wait(
