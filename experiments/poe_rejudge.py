@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from selfcaps.cli.config import load_yaml
+from selfcaps.cli.evaluate import run_config
 from selfcaps.cli.protocols import load_run
-from selfcaps.cli.run import resolve_data_root
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import update_json
 from selfcaps.methods.poe_judge import purity_metrics, train_judge
@@ -56,13 +54,13 @@ def rejudge(run_dir: Path, epochs: list[int], data_root: str | None) -> dict[str
     Raises:
         ValueError: ``run_dir`` is not a run of ``poe``.
     """
-    cfg = OmegaConf.create(load_yaml(run_dir / "config.yaml"))
+    run = argparse.Namespace(run_dir=run_dir, checkpoint="best", data_root=data_root)
+    cfg, source = run_config(run)
     if str(cfg.method) != "poe":
         raise ValueError(f"{run_dir}: a run of {cfg.method}, expected poe")
-    cfg.data.root, source = resolve_data_root(data_root, cfg.data.root)
-    method, dm = load_run(argparse.Namespace(run_dir=run_dir, checkpoint="best"), cfg, source)
+    method, dm = load_run(run, cfg, source)
     net, samples, device = method.poe, method.cfg.samples, method.device
-    domains = DOMAINS if bool((net.hemisphere != 0).any()) else {"": False}
+    domains = DOMAINS if net.hemisphere_measured else {"": False}
     out: dict[str, Any] = {}
     for e in epochs:
         method.cfg.judge.epochs = e

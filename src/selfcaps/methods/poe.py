@@ -427,7 +427,7 @@ class PoE(CapsuleMethod):
         judge, judge_acc = train_judge(dm, self.cfg, self.info, self.device)
         metrics["judge_test_top1"] = judge_acc
         metrics.update(purity_metrics(self.poe, judge, self.cfg.samples, self.device, ""))
-        if bool((self.poe.hemisphere != 0).any()):
+        if self.poe.hemisphere_measured:
             metrics.update(
                 purity_metrics(self.poe, judge, self.cfg.samples, self.device, "_restricted", True)
             )

@@ -31,7 +31,7 @@ def poe_figures(
             net.sample_grid(int(samples.rows), int(samples.seed)), net.num_caps, "samples"
         )
     }
-    if bool((net.hemisphere != 0).any()):
+    if net.hemisphere_measured:
         grid = net.sample_grid(int(samples.rows), int(samples.seed), restricted=True)
         figs["samples_restricted"] = capsule_columns(
             grid, net.num_caps, "restricted-domain samples"

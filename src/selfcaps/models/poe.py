@@ -351,6 +351,11 @@ class PoECapsNet(nn.Module):
         return self.forward_features(x)
 
     # ------------------------------------------------------------------ generation
+    @property
+    def hemisphere_measured(self) -> bool:
+        """Whether stage 3 has measured the capsules' mean poses (restricted sampling)."""
+        return bool((self.hemisphere != 0).any())
+
     def draws(self, n: int, generator: torch.Generator, restricted: bool = False) -> Tensor:
         """``n`` draws ``N(0, I)`` per capsule, ``(n, num_caps, out_dim)``, drawn on the CPU.
 
