@@ -251,8 +251,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{metrics}: a run of {got} steps, not --steps {args.steps}; "
                     "use another OUT for another budget"
                 )
-            shown = fresh if done else to_run
-            print(("# done: " if done else "") + " ".join(["-m", "selfcaps", *shown]), flush=True)
+            shown = [*SELFCAPS_COMMAND[1:], *(fresh if done else to_run)]  # without the python
+            print(("# done: " if done else "") + " ".join(shown), flush=True)
             if not (done or args.dry_run):
                 subprocess.run([*SELFCAPS_COMMAND, *to_run], check=True)
 
