@@ -26,12 +26,10 @@ import json
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-from selfcaps.cli.config import load_yaml
+from selfcaps.cli.evaluate import run_config
 from selfcaps.cli.protocols import load_run
-from selfcaps.cli.run import resolve_data_root
 from selfcaps.data import EvalTransform
 from selfcaps.losses.contrastive_divergence import encoder_cd_terms, sparsity_term
 from selfcaps.methods.datamodule import TransformDataset
@@ -54,8 +52,7 @@ def main() -> None:
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    cfg = OmegaConf.create(load_yaml(args.run_dir / "config.yaml"))
-    cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
+    cfg, source = run_config(args)
     method, dm = load_run(args, cfg, source)
     net, cd = method.poe.eval(), cfg.cd
     torch.manual_seed(args.seed)
