@@ -12,13 +12,19 @@ presets' runs) it reproduces the run's ``metrics.json`` (the judge's initialisat
 order are seeded from the run's seed; another thread count sums in another order and can move a
 purity by a tenth of a point).
 
-The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs,
-merged with what is there); the run's ``metrics.json`` is not touched.
+``--judge-from OTHER_RUN`` scores every run's samples with OTHER_RUN's judge instead of its
+own: the judge OTHER_RUN's evaluation trains (its training split, seed and ``judge`` settings;
+``--judge-epochs`` still sets its epochs), so that runs on different data sizes can be read by
+one instrument.
+
+The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs, keyed
+``"E"``, or ``"E from OTHER_RUN"`` with ``--judge-from``, merged with what is there); the run's
+``metrics.json`` is not touched.
 
 Usage::
 
     PYTHONPATH=src python experiments/poe_rejudge.py RUN_DIR [RUN_DIR ...]
-        [--judge-epochs 2 10] [--data-root DIR] [--threads 1]
+        [--judge-epochs 2 10] [--judge-from OTHER_RUN] [--data-root DIR] [--threads 1]
 """
 
 from __future__ import annotations
@@ -39,17 +45,8 @@ from selfcaps.methods.poe_judge import purity_metrics, train_judge
 DOMAINS = {"": False, "_restricted": True}  # metric suffix -> restricted domain
 
 
-def rejudge(run_dir: Path, epochs: list[int], data_root: str | None) -> dict[str, Any]:
-    """Score one run's samples with a judge trained for each number of ``epochs``.
-
-    Args:
-        run_dir: A finished ``poe`` run directory.
-        epochs: Judge training epochs to try, in order.
-        data_root: Dataset root (default: the run's, then ``SELFCAPS_DATA``).
-
-    Returns:
-        ``{str(e): {judge_test_top1, purity_mean[_restricted],
-        purity_classes_covered[_restricted], purity_majority_classes[_restricted]}}``.
+def _load_poe_run(run_dir: Path, data_root: str | None) -> tuple[Any, Any]:
+    """The method (best checkpoint) and data module of a finished ``poe`` run.
 
     Raises:
         ValueError: ``run_dir`` is not a run of ``poe``.
@@ -58,20 +55,48 @@ def rejudge(run_dir: Path, epochs: list[int], data_root: str | None) -> dict[str
     cfg, source = run_config(run)
     if str(cfg.method) != "poe":
         raise ValueError(f"{run_dir}: a run of {cfg.method}, expected poe")
-    method, dm = load_run(run, cfg, source)
+    return load_run(run, cfg, source)
+
+
+def rejudge(
+    run_dir: Path, epochs: list[int], data_root: str | None, judge_from: Path | None = None
+) -> dict[str, Any]:
+    """Score one run's samples with a judge trained for each number of ``epochs``.
+
+    Args:
+        run_dir: A finished ``poe`` run directory.
+        epochs: Judge training epochs to try, in order.
+        data_root: Dataset root (default: the run's, then ``SELFCAPS_DATA``).
+        judge_from: Another finished ``poe`` run whose judge (its training split, seed and
+            ``judge`` settings) scores this run's samples (default: this run's own judge).
+
+    Returns:
+        ``{key: {judge_epochs, judge_test_top1, purity_mean[_restricted],
+        purity_classes_covered[_restricted], purity_majority_classes[_restricted]}}``, with
+        key ``str(e)``, or ``f"{e} from {judge_from}"`` (and ``judge_from`` in the row).
+
+    Raises:
+        ValueError: ``run_dir`` or ``judge_from`` is not a run of ``poe``.
+    """
+    method, dm = _load_poe_run(run_dir, data_root)
+    judged_by, judge_dm = (
+        (method, dm) if judge_from is None else _load_poe_run(judge_from, data_root)
+    )
     net, samples, device = method.poe, method.cfg.samples, method.device
     domains = DOMAINS if net.hemisphere_measured else {"": False}
     out: dict[str, Any] = {}
     for e in epochs:
-        method.cfg.judge.epochs = e
-        judge, top1 = train_judge(dm, method.cfg, method.info, method.device)
+        judged_by.cfg.judge.epochs = e
+        judge, top1 = train_judge(judge_dm, judged_by.cfg, judged_by.info, device)
         row: dict[str, Any] = {"judge_epochs": e, "judge_test_top1": top1}
+        if judge_from is not None:
+            row["judge_from"] = str(judge_from)
         with torch.no_grad():
             for suffix, restricted in domains.items():
                 m = purity_metrics(net, judge, samples, device, suffix, restricted)
                 for key in ("purity_mean", "purity_classes_covered", "purity_majority_classes"):
                     row[key + suffix] = m[key + suffix]
-        out[str(e)] = row
+        out[str(e) if judge_from is None else f"{e} from {judge_from}"] = row
     return out
 
 
@@ -80,6 +105,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("run_dirs", type=Path, nargs="+")
     p.add_argument("--judge-epochs", type=int, nargs="+", default=[2, 10])
+    p.add_argument("--judge-from", type=Path, default=None, metavar="OTHER_RUN",
+                   help="score with this poe run's judge instead of each run's own")  # fmt: skip
     p.add_argument("--data-root", default=None)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -88,7 +115,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     set_progress(False)
     for run_dir in args.run_dirs:
-        result = rejudge(run_dir, args.judge_epochs, args.data_root)
+        result = rejudge(run_dir, args.judge_epochs, args.data_root, args.judge_from)
         update_json(run_dir / "rejudge.json", result)
         for row in result.values():
             print(json.dumps({"run": str(run_dir), **row}), flush=True)

@@ -297,3 +297,31 @@ def test_rejudge_reproduces_the_run_with_its_own_judge_and_keeps_metrics(run_dir
         (copy / "config.yaml").write_text((copy / "config.yaml").read_text().replace(
             "method: poe", "method: coca"))  # fmt: skip
         rejudge.rejudge(copy, [1], None)
+
+
+def test_rejudge_with_another_runs_judge(run_dir, tmp_path):
+    """experiments/poe_rejudge.py --judge-from: the samples stay the scored run's (its own run
+    as the judge's source reproduces its metrics) and the judge is the other run's (trained on
+    the other run's subset and seed: the other run's own judge accuracy, which differs here)."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    rejudge = load_script("poe_rejudge")
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(run_dir, a)
+    shutil.copytree(run_dir, b)
+    cfg_b = (b / "config.yaml").read_text()
+    assert "\nseed: 0\n" in cfg_b
+    (b / "config.yaml").write_text(cfg_b.replace("\nseed: 0\n", "\nseed: 5\n"))  # another subset
+    own_b = rejudge.rejudge(b, [1], None)["1"]
+    m_a = json.loads((a / "metrics.json").read_text())
+    self_judged = rejudge.rejudge(a, [1], None, judge_from=a)[f"1 from {a}"]
+    b_judged = rejudge.rejudge(a, [1], None, judge_from=b)[f"1 from {b}"]
+    for key in ("judge_test_top1", "purity_mean", "purity_majority_classes"):
+        assert self_judged[key] == m_a[key], key
+    assert b_judged["judge_test_top1"] == own_b["judge_test_top1"] != m_a["judge_test_top1"]
+    assert b_judged["judge_from"] == str(b) and b_judged["judge_epochs"] == 1
+    with pytest.raises(ValueError, match="expected poe"):
+        (b / "config.yaml").write_text(cfg_b.replace("method: poe", "method: coca"))
+        rejudge.rejudge(a, [1], None, judge_from=b)
