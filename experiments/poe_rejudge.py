@@ -15,7 +15,7 @@ purity by a tenth of a point).
 ``--judge-from OTHER_RUN`` scores every run's samples with OTHER_RUN's judge instead of its
 own: the judge OTHER_RUN's evaluation trains (its training split, seed and ``judge`` settings;
 ``--judge-epochs`` still sets its epochs), so that runs on different data sizes can be read by
-one instrument.
+one instrument; with several RUN_DIRs that judge is trained once per number of epochs.
 
 The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs, keyed
 ``"E"``, or ``"E from OTHER_RUN"`` with ``--judge-from``, merged with what is there); the run's
@@ -58,8 +58,38 @@ def _load_poe_run(run_dir: Path, data_root: str | None) -> tuple[Any, Any]:
     return load_run(run, cfg, source)
 
 
+class Judges:
+    """One ``poe`` run's judges, each trained once per number of epochs.
+
+    A judge is trained as the run's evaluation trains it (its training split, seed and
+    ``judge`` settings, ``judge.epochs`` replaced), so one instance can score the samples of
+    many runs without training the same judge again.
+    """
+
+    def __init__(self, method: Any, dm: Any) -> None:
+        self.method, self.dm = method, dm
+        self._trained: dict[int, tuple[torch.nn.Module, float]] = {}
+
+    @classmethod
+    def of_run(cls, run_dir: Path, data_root: str | None) -> Judges:
+        """The judges of the finished ``poe`` run in ``run_dir``."""
+        return cls(*_load_poe_run(run_dir, data_root))
+
+    def __call__(self, epochs: int) -> tuple[torch.nn.Module, float]:
+        """The judge trained for ``epochs`` and its test top-1 (trained on first use)."""
+        if epochs not in self._trained:
+            m = self.method
+            m.cfg.judge.epochs = epochs
+            self._trained[epochs] = train_judge(self.dm, m.cfg, m.info, m.device)
+        return self._trained[epochs]
+
+
 def rejudge(
-    run_dir: Path, epochs: list[int], data_root: str | None, judge_from: Path | None = None
+    run_dir: Path,
+    epochs: list[int],
+    data_root: str | None,
+    judge_from: Path | None = None,
+    judges: Judges | None = None,
 ) -> dict[str, Any]:
     """Score one run's samples with a judge trained for each number of ``epochs``.
 
@@ -69,6 +99,8 @@ def rejudge(
         data_root: Dataset root (default: the run's, then ``SELFCAPS_DATA``).
         judge_from: Another finished ``poe`` run whose judge (its training split, seed and
             ``judge`` settings) scores this run's samples (default: this run's own judge).
+        judges: ``judge_from``'s judges already loaded (:meth:`Judges.of_run`), to share
+            them between runs (default: loaded here).
 
     Returns:
         ``{key: {judge_epochs, judge_test_top1, purity_mean[_restricted],
@@ -79,15 +111,13 @@ def rejudge(
         ValueError: ``run_dir`` or ``judge_from`` is not a run of ``poe``.
     """
     method, dm = _load_poe_run(run_dir, data_root)
-    judged_by, judge_dm = (
-        (method, dm) if judge_from is None else _load_poe_run(judge_from, data_root)
-    )
+    if judges is None:
+        judges = Judges(method, dm) if judge_from is None else Judges.of_run(judge_from, data_root)
     net, samples, device = method.poe, method.cfg.samples, method.device
     domains = DOMAINS if net.hemisphere_measured else {"": False}
     out: dict[str, Any] = {}
     for e in epochs:
-        judged_by.cfg.judge.epochs = e
-        judge, top1 = train_judge(judge_dm, judged_by.cfg, judged_by.info, device)
+        judge, top1 = judges(e)
         row: dict[str, Any] = {"judge_epochs": e, "judge_test_top1": top1}
         if judge_from is not None:
             row["judge_from"] = str(judge_from)
@@ -114,8 +144,9 @@ def main() -> None:
         p.error(f"--judge-epochs: expected numbers >= 1, got {args.judge_epochs}")
     torch.set_num_threads(args.threads)
     set_progress(False)
-    for run_dir in args.run_dirs:
-        result = rejudge(run_dir, args.judge_epochs, args.data_root, args.judge_from)
+    judges = None if args.judge_from is None else Judges.of_run(args.judge_from, args.data_root)
+    for run_dir in args.run_dirs:  # with --judge-from, one judge per epochs for every run
+        result = rejudge(run_dir, args.judge_epochs, args.data_root, args.judge_from, judges)
         update_json(run_dir / "rejudge.json", result)
         for row in result.values():
             print(json.dumps({"run": str(run_dir), **row}), flush=True)

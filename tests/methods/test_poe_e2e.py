@@ -325,3 +325,26 @@ def test_rejudge_with_another_runs_judge(run_dir, tmp_path):
     with pytest.raises(ValueError, match="expected poe"):
         (b / "config.yaml").write_text(cfg_b.replace("method: poe", "method: coca"))
         rejudge.rejudge(a, [1], None, judge_from=b)
+
+
+def test_rejudge_shares_one_judge_between_runs(run_dir, tmp_path, monkeypatch):
+    """experiments/poe_rejudge.py --judge-from with several runs: the other run's judge is
+    trained once per number of epochs, and each run's scores equal a call of its own."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    rejudge = load_script("poe_rejudge")
+    a, b, judge_run = tmp_path / "a", tmp_path / "b", tmp_path / "j"
+    for d in (a, b, judge_run):
+        shutil.copytree(run_dir, d)
+    alone = {d: rejudge.rejudge(d, [1], None, judge_from=judge_run) for d in (a, b)}
+    trained = []
+    train = rejudge.train_judge
+    monkeypatch.setattr(rejudge, "train_judge", lambda *x: trained.append(1) or train(*x))
+    judges = rejudge.Judges.of_run(judge_run, None)
+    shared = {
+        d: rejudge.rejudge(d, [1, 1], None, judge_from=judge_run, judges=judges) for d in (a, b)
+    }
+    assert len(trained) == 1
+    assert shared == alone
