@@ -66,14 +66,22 @@ class Judges:
     many runs without training the same judge again.
     """
 
-    def __init__(self, method: Any, dm: Any) -> None:
-        self.method, self.dm = method, dm
+    def __init__(self, method: Any, dm: Any, source: Path | None = None) -> None:
+        """Hold one run's method and data; train nothing yet.
+
+        Args:
+            method: The loaded ``poe`` method whose evaluation trains the judge.
+            dm: That run's data module (the judge's training split).
+            source: That run's directory when it is another run than the one scored (it
+                names the judge in :func:`rejudge`'s result); ``None`` for a run's own judges.
+        """
+        self.method, self.dm, self.source = method, dm, source
         self._trained: dict[int, tuple[torch.nn.Module, float]] = {}
 
     @classmethod
     def of_run(cls, run_dir: Path, data_root: str | None) -> Judges:
-        """The judges of the finished ``poe`` run in ``run_dir``."""
-        return cls(*_load_poe_run(run_dir, data_root))
+        """The judges of the finished ``poe`` run in ``run_dir``, to score other runs with."""
+        return cls(*_load_poe_run(run_dir, data_root), source=run_dir)
 
     def __call__(self, epochs: int) -> tuple[torch.nn.Module, float]:
         """The judge trained for ``epochs`` and its test top-1 (trained on first use)."""
@@ -88,7 +96,6 @@ def rejudge(
     run_dir: Path,
     epochs: list[int],
     data_root: str | None,
-    judge_from: Path | None = None,
     judges: Judges | None = None,
 ) -> dict[str, Any]:
     """Score one run's samples with a judge trained for each number of ``epochs``.
@@ -97,22 +104,22 @@ def rejudge(
         run_dir: A finished ``poe`` run directory.
         epochs: Judge training epochs to try, in order.
         data_root: Dataset root (default: the run's, then ``SELFCAPS_DATA``).
-        judge_from: Another finished ``poe`` run whose judge (its training split, seed and
-            ``judge`` settings) scores this run's samples (default: this run's own judge).
-        judges: ``judge_from``'s judges already loaded (:meth:`Judges.of_run`), to share
-            them between runs (default: loaded here).
+        judges: Another finished ``poe`` run's judges (:meth:`Judges.of_run`: its training
+            split, seed and ``judge`` settings), which score this run's samples and can be
+            shared between runs (default: this run's own judges).
 
     Returns:
         ``{key: {judge_epochs, judge_test_top1, purity_mean[_restricted],
         purity_classes_covered[_restricted], purity_majority_classes[_restricted]}}``, with
-        key ``str(e)``, or ``f"{e} from {judge_from}"`` (and ``judge_from`` in the row).
+        key ``str(e)``, or ``f"{e} from {judges.source}"`` (and ``judge_from`` in the row).
 
     Raises:
-        ValueError: ``run_dir`` or ``judge_from`` is not a run of ``poe``.
+        ValueError: ``run_dir`` is not a run of ``poe``.
     """
     method, dm = _load_poe_run(run_dir, data_root)
     if judges is None:
-        judges = Judges(method, dm) if judge_from is None else Judges.of_run(judge_from, data_root)
+        judges = Judges(method, dm)
+    judge_from = judges.source
     net, samples, device = method.poe, method.cfg.samples, method.device
     domains = DOMAINS if net.hemisphere_measured else {"": False}
     out: dict[str, Any] = {}
@@ -146,7 +153,7 @@ def main() -> None:
     set_progress(False)
     judges = None if args.judge_from is None else Judges.of_run(args.judge_from, args.data_root)
     for run_dir in args.run_dirs:  # with --judge-from, one judge per epochs for every run
-        result = rejudge(run_dir, args.judge_epochs, args.data_root, args.judge_from, judges)
+        result = rejudge(run_dir, args.judge_epochs, args.data_root, judges)
         update_json(run_dir / "rejudge.json", result)
         for row in result.values():
             print(json.dumps({"run": str(run_dir), **row}), flush=True)

@@ -316,15 +316,15 @@ def test_rejudge_with_another_runs_judge(run_dir, tmp_path):
     (b / "config.yaml").write_text(cfg_b.replace("\nseed: 0\n", "\nseed: 5\n"))  # another subset
     own_b = rejudge.rejudge(b, [1], None)["1"]
     m_a = json.loads((a / "metrics.json").read_text())
-    self_judged = rejudge.rejudge(a, [1], None, judge_from=a)[f"1 from {a}"]
-    b_judged = rejudge.rejudge(a, [1], None, judge_from=b)[f"1 from {b}"]
+    self_judged = rejudge.rejudge(a, [1], None, rejudge.Judges.of_run(a, None))[f"1 from {a}"]
+    b_judged = rejudge.rejudge(a, [1], None, rejudge.Judges.of_run(b, None))[f"1 from {b}"]
     for key in ("judge_test_top1", "purity_mean", "purity_majority_classes"):
         assert self_judged[key] == m_a[key], key
     assert b_judged["judge_test_top1"] == own_b["judge_test_top1"] != m_a["judge_test_top1"]
     assert b_judged["judge_from"] == str(b) and b_judged["judge_epochs"] == 1
     with pytest.raises(ValueError, match="expected poe"):
         (b / "config.yaml").write_text(cfg_b.replace("method: poe", "method: coca"))
-        rejudge.rejudge(a, [1], None, judge_from=b)
+        rejudge.Judges.of_run(b, None)
 
 
 def test_rejudge_shares_one_judge_between_runs(run_dir, tmp_path, monkeypatch):
@@ -338,13 +338,13 @@ def test_rejudge_shares_one_judge_between_runs(run_dir, tmp_path, monkeypatch):
     a, b, judge_run = tmp_path / "a", tmp_path / "b", tmp_path / "j"
     for d in (a, b, judge_run):
         shutil.copytree(run_dir, d)
-    alone = {d: rejudge.rejudge(d, [1], None, judge_from=judge_run) for d in (a, b)}
+    alone = {
+        d: rejudge.rejudge(d, [1], None, rejudge.Judges.of_run(judge_run, None)) for d in (a, b)
+    }
     trained = []
     train = rejudge.train_judge
     monkeypatch.setattr(rejudge, "train_judge", lambda *x: trained.append(1) or train(*x))
     judges = rejudge.Judges.of_run(judge_run, None)
-    shared = {
-        d: rejudge.rejudge(d, [1, 1], None, judge_from=judge_run, judges=judges) for d in (a, b)
-    }
+    shared = {d: rejudge.rejudge(d, [1, 1], None, judges) for d in (a, b)}
     assert len(trained) == 1
     assert shared == alone
