@@ -208,7 +208,7 @@ def test_recommended_preset_on_fashion_mnist_files_end_to_end(tmp_path):
     assert main([*args, *TINY]) == 0
     cfg = OmegaConf.create(load_yaml(out / "config.yaml"))
     assert (cfg.data.name, cfg.preset) == ("fashion_mnist", "center_parents_sparse")
-    assert (cfg.model.center, cfg.cd.sparsity, cfg.cd.sparsity_target) == (True, 50.0, 0.1)
+    assert (cfg.model.center, cfg.cd.sparsity, cfg.cd.sparsity_target) == (True, 50.0, 0.075)
     assert (cfg.cd.decoder_rule, cfg.model.generation) == ("reconstruction", "alone")
     method = get_method("poe")(cfg)
     net = method.poe
@@ -297,6 +297,24 @@ def test_rejudge_reproduces_the_run_with_its_own_judge_and_keeps_metrics(run_dir
         (copy / "config.yaml").write_text((copy / "config.yaml").read_text().replace(
             "method: poe", "method: coca"))  # fmt: skip
         rejudge.rejudge(copy, [1], None)
+
+
+def test_rejudge_with_a_longer_judge_equals_a_run_that_trained_it(run_dir, tmp_path):
+    """experiments/poe_rejudge.py --judge-epochs E on a finished run gives the purities of the
+    same run trained with judge.epochs=E: the judge only reads the trained network, so a
+    preset's judge length can be measured on runs made before it changed."""
+    from tests.scripts import load_script
+
+    out = tmp_path / "judge2"
+    args = ["run", "poe", "--out", str(out), "--epochs", "3", *TINY, "judge.epochs=2"]
+    assert main(args) == 0
+    assert load_yaml(out / "config.yaml")["judge"]["epochs"] == 2  # TINY's 1 overridden
+    longer = load_script("poe_rejudge").rejudge(run_dir, [2], None)["2"]
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("judge_test_top1", "purity_mean", "purity_classes_covered",
+                "purity_majority_classes", "purity_mean_restricted",
+                "purity_majority_classes_restricted"):  # fmt: skip
+        assert longer[key] == m[key], key
 
 
 def test_rejudge_with_another_runs_judge(run_dir, tmp_path):
