@@ -104,6 +104,15 @@ def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
         "stages completed 3; classes covered 1; untrained covers 1; "
         "free-energy gap -42.99; untrained gap -0.000171"
     )
+    # the restricted domain (how the docs score Fig. 2) and the judge that reads every purity
+    poe.metrics.update(
+        purity_mean_restricted=75.17, purity_classes_covered_restricted=9, judge_test_top1=97.4
+    )
+    assert poe.values()["notes"] == (
+        "stages completed 3; classes covered 1; untrained covers 1; restricted purity 75.17; "
+        "restricted classes covered 9; judge test top-1 97.40; "
+        "free-energy gap -42.99; untrained gap -0.000171"
+    )
     encapnet = BenchRow("cifar10", "encapnet", tmp_path, ["selfcaps", "run", "encapnet"])
     encapnet.metrics = {"test_top1": 42.05, "variant": "master_aide"}  # no "ot": left out
     assert encapnet.values()["notes"] == "variant master_aide"
