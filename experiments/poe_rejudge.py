@@ -17,19 +17,27 @@ own: the judge OTHER_RUN's evaluation trains (its training split, seed and ``jud
 ``--judge-epochs`` still sets its epochs), so that runs on different data sizes can be read by
 one instrument; with several RUN_DIRs that judge is trained once per number of epochs.
 
+``--judge-seeds S [S ...]`` trains each judge once per seed S in place of the run's seed (the
+seed of the judge's initialisation and batch order only: its training split, the samples and
+everything else stay the run's): the spread of a purity over judge seeds is the instrument's
+own noise, measured on fixed samples. The run's own seed gives the run's own judge.
+
 The results are also written to ``RUN_DIR/rejudge.json`` (one entry per number of epochs, keyed
-``"E"``, or ``"E from OTHER_RUN"`` with ``--judge-from``, merged with what is there); the run's
+``"E"``, or ``"E from OTHER_RUN"`` with ``--judge-from``, then ``" seed S"`` with
+``--judge-seeds``; merged with what is there); the run's
 ``metrics.json`` is not touched.
 
 Usage::
 
     PYTHONPATH=src python experiments/poe_rejudge.py RUN_DIR [RUN_DIR ...]
-        [--judge-epochs 2 10] [--judge-from OTHER_RUN] [--data-root DIR] [--threads 1]
+        [--judge-epochs 2 10] [--judge-from OTHER_RUN] [--judge-seeds 0 1 2]
+        [--data-root DIR] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -76,20 +84,29 @@ class Judges:
                 names the judge in :func:`rejudge`'s result); ``None`` for a run's own judges.
         """
         self.method, self.dm, self.source = method, dm, source
-        self._trained: dict[int, tuple[torch.nn.Module, float]] = {}
+        self._trained: dict[tuple[int, int | None], tuple[torch.nn.Module, float]] = {}
 
     @classmethod
     def of_run(cls, run_dir: Path, data_root: str | None) -> Judges:
         """The judges of the finished ``poe`` run in ``run_dir``, to score other runs with."""
         return cls(*_load_poe_run(run_dir, data_root), source=run_dir)
 
-    def __call__(self, epochs: int) -> tuple[torch.nn.Module, float]:
-        """The judge trained for ``epochs`` and its test top-1 (trained on first use)."""
-        if epochs not in self._trained:
+    def __call__(self, epochs: int, seed: int | None = None) -> tuple[torch.nn.Module, float]:
+        """The judge trained for ``epochs`` and its test top-1 (trained on first use).
+
+        Args:
+            epochs: The judge's training epochs.
+            seed: Seeds the judge's initialisation and batch order in place of the run's seed
+                (``None``: the run's seed, as its own evaluation).
+        """
+        if (epochs, seed) not in self._trained:
             m = self.method
-            m.cfg.judge.epochs = epochs
-            self._trained[epochs] = train_judge(self.dm, m.cfg, m.info, m.device)
-        return self._trained[epochs]
+            cfg = copy.deepcopy(m.cfg)  # the run's configuration stays as loaded
+            cfg.judge.epochs = epochs
+            if seed is not None:
+                cfg.seed = seed
+            self._trained[epochs, seed] = train_judge(self.dm, cfg, m.info, m.device)
+        return self._trained[epochs, seed]
 
 
 def rejudge(
@@ -97,6 +114,7 @@ def rejudge(
     epochs: list[int],
     data_root: str | None,
     judges: Judges | None = None,
+    judge_seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """Score one run's samples with a judge trained for each number of ``epochs``.
 
@@ -107,11 +125,14 @@ def rejudge(
         judges: Another finished ``poe`` run's judges (:meth:`Judges.of_run`: its training
             split, seed and ``judge`` settings), which score this run's samples and can be
             shared between runs (default: this run's own judges).
+        judge_seeds: Seeds of the judges' initialisation and batch order, one judge per seed
+            and number of epochs (default: the run's seed only).
 
     Returns:
         ``{key: {judge_epochs, judge_test_top1, purity_mean[_restricted],
         purity_classes_covered[_restricted], purity_majority_classes[_restricted]}}``, with
-        key ``str(e)``, or ``f"{e} from {judges.source}"`` (and ``judge_from`` in the row).
+        key ``str(e)``, or ``f"{e} from {judges.source}"`` (and ``judge_from`` in the row),
+        followed by ``f" seed {s}"`` for each of ``judge_seeds`` (and ``judge_seed``).
 
     Raises:
         ValueError: ``run_dir`` is not a run of ``poe``.
@@ -124,16 +145,23 @@ def rejudge(
     domains = DOMAINS if net.hemisphere_measured else {"": False}
     out: dict[str, Any] = {}
     for e in epochs:
-        judge, top1 = judges(e)
-        row: dict[str, Any] = {"judge_epochs": e, "judge_test_top1": top1}
-        if judge_from is not None:
-            row["judge_from"] = str(judge_from)
-        with torch.no_grad():
-            for suffix, restricted in domains.items():
-                m = purity_metrics(net, judge, samples, device, suffix, restricted)
-                for key in ("purity_mean", "purity_classes_covered", "purity_majority_classes"):
-                    row[key + suffix] = m[key + suffix]
-        out[str(e) if judge_from is None else f"{e} from {judge_from}"] = row
+        for s in judge_seeds or [None]:
+            judge, top1 = judges(e, s)
+            row: dict[str, Any] = {"judge_epochs": e, "judge_test_top1": top1}
+            key = str(e)
+            if judge_from is not None:
+                row["judge_from"] = str(judge_from)
+                key += f" from {judge_from}"
+            if s is not None:
+                row["judge_seed"] = s
+                key += f" seed {s}"
+            with torch.no_grad():
+                for suffix, restricted in domains.items():
+                    m = purity_metrics(net, judge, samples, device, suffix, restricted)
+                    for name in ("purity_mean", "purity_classes_covered",
+                                 "purity_majority_classes"):  # fmt: skip
+                        row[name + suffix] = m[name + suffix]
+            out[key] = row
     return out
 
 
@@ -144,6 +172,8 @@ def main() -> None:
     p.add_argument("--judge-epochs", type=int, nargs="+", default=[2, 10])
     p.add_argument("--judge-from", type=Path, default=None, metavar="OTHER_RUN",
                    help="score with this poe run's judge instead of each run's own")  # fmt: skip
+    p.add_argument("--judge-seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="one judge per seed of its initialisation and batch order")  # fmt: skip
     p.add_argument("--data-root", default=None)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -153,7 +183,7 @@ def main() -> None:
     set_progress(False)
     judges = None if args.judge_from is None else Judges.of_run(args.judge_from, args.data_root)
     for run_dir in args.run_dirs:  # with --judge-from, one judge per epochs for every run
-        result = rejudge(run_dir, args.judge_epochs, args.data_root, judges)
+        result = rejudge(run_dir, args.judge_epochs, args.data_root, judges, args.judge_seeds)
         update_json(run_dir / "rejudge.json", result)
         for row in result.values():
             print(json.dumps({"run": str(run_dir), **row}), flush=True)

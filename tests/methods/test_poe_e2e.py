@@ -366,3 +366,38 @@ def test_rejudge_shares_one_judge_between_runs(run_dir, tmp_path, monkeypatch):
     shared = {d: rejudge.rejudge(d, [1, 1], None, judges) for d in (a, b)}
     assert len(trained) == 1
     assert shared == alone
+
+
+def test_rejudge_with_judge_seeds(run_dir, tmp_path, monkeypatch):
+    """experiments/poe_rejudge.py --judge-seeds: the run's own seed gives the run's own judge
+    (its metrics, to the digit); another seed reaches the judge's training, nothing else, and
+    leaves the loaded run's configuration as it was."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    rejudge = load_script("poe_rejudge")
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    m = json.loads((copy / "metrics.json").read_text())
+    seen = []
+    train = rejudge.train_judge
+
+    def spy(dm, cfg, info, device):
+        seen.append((int(cfg.seed), int(cfg.judge.epochs), int(cfg.samples.seed)))
+        return train(dm, cfg, info, device)
+
+    monkeypatch.setattr(rejudge, "train_judge", spy)
+    method, dm = rejudge._load_poe_run(copy, None)
+    judges = rejudge.Judges(method, dm)
+    result = rejudge.rejudge(copy, [1], None, judges, [0, 7])
+    assert sorted(result) == ["1 seed 0", "1 seed 7"]
+    for key in ("judge_test_top1", "purity_mean", "purity_majority_classes",
+                "purity_mean_restricted", "purity_majority_classes_restricted"):  # fmt: skip
+        assert result["1 seed 0"][key] == m[key], key
+    samples_seed = int(method.cfg.samples.seed)
+    assert seen == [(0, 1, samples_seed), (7, 1, samples_seed)]
+    assert result["1 seed 7"]["judge_seed"] == 7 and result["1 seed 7"]["judge_epochs"] == 1
+    assert int(method.cfg.seed) == 0 and int(method.cfg.judge.epochs) == 1  # not mutated
+    assert rejudge.rejudge(copy, [1], None, judges, [7]) == {"1 seed 7": result["1 seed 7"]}
+    assert len(seen) == 2  # each (epochs, seed) judge trained once
