@@ -44,26 +44,12 @@ from typing import Any
 
 import torch
 
-from selfcaps.cli.evaluate import run_config
-from selfcaps.cli.protocols import load_run
+from selfcaps.cli.protocols import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import update_json
 from selfcaps.methods.poe_judge import purity_metrics, train_judge
 
 DOMAINS = {"": False, "_restricted": True}  # metric suffix -> restricted domain
-
-
-def _load_poe_run(run_dir: Path, data_root: str | None) -> tuple[Any, Any]:
-    """The method (best checkpoint) and data module of a finished ``poe`` run.
-
-    Raises:
-        ValueError: ``run_dir`` is not a run of ``poe``.
-    """
-    run = argparse.Namespace(run_dir=run_dir, checkpoint="best", data_root=data_root)
-    cfg, source = run_config(run)
-    if str(cfg.method) != "poe":
-        raise ValueError(f"{run_dir}: a run of {cfg.method}, expected poe")
-    return load_run(run, cfg, source)
 
 
 class Judges:
@@ -89,7 +75,7 @@ class Judges:
     @classmethod
     def of_run(cls, run_dir: Path, data_root: str | None) -> Judges:
         """The judges of the finished ``poe`` run in ``run_dir``, to score other runs with."""
-        return cls(*_load_poe_run(run_dir, data_root), source=run_dir)
+        return cls(*load_run_dir(run_dir, data_root, method="poe"), source=run_dir)
 
     def __call__(self, epochs: int, seed: int | None = None) -> tuple[torch.nn.Module, float]:
         """The judge trained for ``epochs`` and its test top-1 (trained on first use).
@@ -137,7 +123,7 @@ def rejudge(
     Raises:
         ValueError: ``run_dir`` is not a run of ``poe``.
     """
-    method, dm = _load_poe_run(run_dir, data_root)
+    method, dm = load_run_dir(run_dir, data_root, method="poe")
     if judges is None:
         judges = Judges(method, dm)
     judge_from = judges.source

@@ -71,6 +71,11 @@ def test_metrics(run_dir):
         assert m[f"purity_mean{suffix}"] == pytest.approx(sum(purities) / 20)
         assert 1 <= m[f"purity_classes_covered{suffix}"] <= 10
         assert len(m[f"purity_majority_classes{suffix}"].split(",")) == 20
+    for suffix in ("", "_untrained"):  # the test images grouped by their longest capsule
+        assert 0.0 < m[f"caps_group_purity{suffix}"] <= 100.0
+        assert m[f"caps_group_images{suffix}"] == m["recon_test_images"]  # as many as read
+        majorities = m[f"caps_group_majority_classes{suffix}"].split(",")
+        assert len(majorities) == 20 and m[f"caps_group_empty{suffix}"] == majorities.count("-")
     assert m["epochs_trained"] == 3 and m["steps"] == 3 * (64 // 32)
     assert m["best_checkpoint"] == "min val_select (epoch 3)"  # the stage-3 epoch
 
@@ -388,7 +393,7 @@ def test_rejudge_with_judge_seeds(run_dir, tmp_path, monkeypatch):
         return train(dm, cfg, info, device)
 
     monkeypatch.setattr(rejudge, "train_judge", spy)
-    method, dm = rejudge._load_poe_run(copy, None)
+    method, dm = rejudge.load_run_dir(copy, None, method="poe")
     judges = rejudge.Judges(method, dm)
     result = rejudge.rejudge(copy, [1], None, judges, [0, 7])
     assert sorted(result) == ["1 seed 0", "1 seed 7"]
@@ -401,3 +406,31 @@ def test_rejudge_with_judge_seeds(run_dir, tmp_path, monkeypatch):
     assert int(method.cfg.seed) == 0 and int(method.cfg.judge.epochs) == 1  # not mutated
     assert rejudge.rejudge(copy, [1], None, judges, [7]) == {"1 seed 7": result["1 seed 7"]}
     assert len(seen) == 2  # each (epochs, seed) judge trained once
+
+
+def test_selectivity_script_reproduces_the_runs_group_metrics(run_dir, tmp_path):
+    """experiments/poe_selectivity.py on a finished run gives the group metrics its evaluation
+    wrote, per capsule the same groups, and leaves metrics.json alone."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    before = (copy / "metrics.json").read_text()
+    script = load_script("poe_selectivity")
+    row = script.selectivity(copy, None)
+    m = json.loads(before)
+    for key in ("caps_group_purity", "caps_group_classes", "caps_group_empty",
+                "caps_group_majority_classes", "caps_group_images"):  # fmt: skip
+        assert row[key] == m[key], key
+        assert row[f"{key}_untrained"] == m[f"{key}_untrained"], key
+    sizes = [c["group_images"] for c in row["capsules"]]
+    assert sum(sizes) == m["caps_group_images"] and len(sizes) == 20
+    assert [c["sample_purity_restricted"] for c in row["capsules"]] == [
+        m[f"purity_capsule_{j:02d}_restricted"] for j in range(20)
+    ]
+    assert 0.0 < row["kmeans_group_purity"] <= 100.0
+    pooled = script.pooled([row, row])
+    assert pooled["capsules"] == 2 * (20 - m["caps_group_empty"])
+    assert (copy / "metrics.json").read_text() == before

@@ -106,6 +106,7 @@ from selfcaps.methods.poe_reconstruction import (
     mean_reconstruction_stats,
     reconstruction_stats,
 )
+from selfcaps.methods.poe_selectivity import selectivity_metrics
 from selfcaps.models import create_model
 from selfcaps.models.poe import PoECapsNet
 
@@ -400,7 +401,11 @@ class PoE(CapsuleMethod):
 
     @torch.no_grad()
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
-        """Test-split reconstructions and free energies; per-capsule purity of samples."""
+        """Test-split reconstructions and free energies; per-capsule purity of samples.
+
+        Also the purity of the test images grouped by their longest capsule
+        (:mod:`~selfcaps.methods.poe_selectivity`), for the trained and the untrained layer.
+        """
         self.eval()
         done = self.stages_trained()
         if done < 3:
@@ -436,6 +441,10 @@ class PoE(CapsuleMethod):
                 purity_metrics(untrained, judge, self.cfg.samples, self.device, "_untrained")
             )
         metrics["purity_samples_per_capsule"] = int(self.cfg.samples.per_capsule)
+        classes = self.info.num_classes
+        metrics.update(selectivity_metrics(self.poe, test, self.cfg, classes))
+        if untrained is not None:
+            metrics.update(selectivity_metrics(untrained, test, self.cfg, classes, "_untrained"))
         metrics["recon_test_images"] = min(
             len(dm.split("test")), int(self.cfg.eval.max_images or len(dm.split("test")))
         )
