@@ -88,6 +88,11 @@ def test_loader_groups_match_one_image_at_a_time():
     )
 
 
+def test_an_empty_table_is_an_error_not_nan():
+    with pytest.raises(ValueError, match=r"table \(20, 10\) counts no images"):
+        group_purity(torch.zeros(20, 10, dtype=torch.long))
+
+
 def test_an_empty_loader_is_an_error():
     cfg = SimpleNamespace(eval=SimpleNamespace(max_images=None))
     with pytest.raises(ValueError, match="yielded no images"):

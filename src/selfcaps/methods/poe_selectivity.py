@@ -68,17 +68,22 @@ def group_purity(counts: Tensor, suffix: str = "") -> dict[str, float | int | st
     for an empty group) and ``caps_group_images``. A group's majority is its smallest
     label among ties.
 
+    Raises:
+        ValueError: The table counts no images (a purity of nothing).
+
     Examples:
         >>> group_purity(torch.tensor([[3, 1, 0], [0, 0, 0], [0, 2, 2]]))["caps_group_purity"]
         62.5
     """
     sizes = counts.sum(1)
+    n = int(sizes.sum())
+    if n == 0:
+        raise ValueError(f"poe selectivity: the table {tuple(counts.shape)} counts no images")
     top, majority = counts.max(1)
     used = sizes > 0
-    n = int(sizes.sum())
     labels = [str(int(k)) if u else "-" for k, u in zip(majority, used, strict=True)]
     return {
-        f"caps_group_purity{suffix}": 100.0 * float(top.sum()) / n if n else float("nan"),
+        f"caps_group_purity{suffix}": 100.0 * float(top.sum()) / n,
         f"caps_group_classes{suffix}": len(set(majority[used].tolist())),
         f"caps_group_empty{suffix}": int((~used).sum()),
         f"caps_group_majority_classes{suffix}": ",".join(labels),
