@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from selfcaps.cli.protocols import load_run_dir
+from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import update_json
 from selfcaps.methods.poe_judge import purity_metrics, train_judge

@@ -36,7 +36,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.cluster import KMeans
 
-from selfcaps.cli.protocols import load_run_dir
+from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import atomic_write_json
 from selfcaps.methods.poe_reconstruction import first_images

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,7 +50,18 @@ from selfcaps.data.layouts import check_files_present
 from selfcaps.methods import get_method, list_methods
 from selfcaps.methods.atomic import update_json
 
-__all__ = ["PROTOCOLS", "add_eval_arguments", "add_profile_arguments", "cmd_eval", "cmd_profile"]
+if TYPE_CHECKING:
+    from selfcaps.methods import CapsuleMethod
+    from selfcaps.methods.datamodule import SelfcapsDataModule
+
+__all__ = [
+    "PROTOCOLS",
+    "add_eval_arguments",
+    "add_profile_arguments",
+    "cmd_eval",
+    "cmd_profile",
+    "load_run_dir",
+]
 
 PROTOCOLS = ("knn", "linear", "svm", "finetune", "method")
 
@@ -143,6 +155,31 @@ def run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
     cfg = OmegaConf.create(load_yaml(cfg_path))
     cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
     return cfg, source
+
+
+def load_run_dir(
+    run_dir: Path, data_root: str | None = None, method: str | None = None, checkpoint: str = "best"
+) -> tuple[CapsuleMethod, SelfcapsDataModule]:
+    """A finished run's method (checkpoint loaded, eval mode) and data module, for scripts.
+
+    Args:
+        run_dir: The run directory.
+        data_root: Overrides the run's ``data.root`` (as ``--data-root``; then
+            ``SELFCAPS_DATA``).
+        method: If given, the method the run must be of.
+        checkpoint: ``best`` or ``last``.
+
+    Raises:
+        ConfigError: ``run_dir`` holds no ``config.yaml``.
+        ValueError: The run is not of ``method``.
+    """
+    from selfcaps.cli.protocols import load_run  # imports torch
+
+    args = argparse.Namespace(run_dir=Path(run_dir), checkpoint=checkpoint, data_root=data_root)
+    cfg, source = run_config(args)
+    if method is not None and str(cfg.method) != method:
+        raise ValueError(f"{run_dir}: a run of {cfg.method}, expected {method}")
+    return load_run(args, cfg, source)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +17,7 @@ from selfcaps.methods.datamodule import SelfcapsDataModule, TransformDataset
 from selfcaps.methods.evaluation import collect_features, evaluation_record, knn_metrics
 from selfcaps.methods.trained import load_method
 
-__all__ = ["LabelSubset", "feature_kind", "load_run", "load_run_dir", "run_protocol"]
+__all__ = ["LabelSubset", "feature_kind", "load_run", "run_protocol"]
 
 
 def load_run(
@@ -40,31 +39,6 @@ def load_run(
         method.cfg, train_tf, eval_tf, root_source=root_source, subset_seed=subset_seed
     )
     return method, dm
-
-
-def load_run_dir(
-    run_dir: Path, data_root: str | None = None, method: str | None = None, checkpoint: str = "best"
-) -> tuple[CapsuleMethod, SelfcapsDataModule]:
-    """:func:`load_run` for scripts: a finished run's method and data from its directory.
-
-    Args:
-        run_dir: The run directory.
-        data_root: Overrides the run's ``data.root`` (as ``--data-root``; then
-            ``SELFCAPS_DATA``).
-        method: If given, the method the run must be of.
-        checkpoint: ``best`` or ``last``.
-
-    Raises:
-        ConfigError: ``run_dir`` holds no ``config.yaml``.
-        ValueError: The run is not of ``method``.
-    """
-    from selfcaps.cli.evaluate import run_config
-
-    args = argparse.Namespace(run_dir=Path(run_dir), checkpoint=checkpoint, data_root=data_root)
-    cfg, source = run_config(args)
-    if method is not None and str(cfg.method) != method:
-        raise ValueError(f"{run_dir}: a run of {cfg.method}, expected {method}")
-    return load_run(args, cfg, source)
 
 
 def feature_kind(method: CapsuleMethod, requested: str | None) -> str:

@@ -401,11 +401,7 @@ class PoE(CapsuleMethod):
 
     @torch.no_grad()
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
-        """Test-split reconstructions and free energies; per-capsule purity of samples.
-
-        Also the purity of the test images grouped by their longest capsule
-        (:mod:`~selfcaps.methods.poe_selectivity`), for the trained and the untrained layer.
-        """
+        """Test-split reconstructions, free energies, groups by longest capsule, sample purity."""
         self.eval()
         done = self.stages_trained()
         if done < 3:
@@ -431,20 +427,16 @@ class PoE(CapsuleMethod):
             metrics["recon_caps_spread_untrained"] = base["recon_caps_spread"]
         judge, judge_acc = train_judge(dm, self.cfg, self.info, self.device)
         metrics["judge_test_top1"] = judge_acc
-        metrics.update(purity_metrics(self.poe, judge, self.cfg.samples, self.device, ""))
+        samples, classes = self.cfg.samples, self.info.num_classes
+        nets = {"": self.poe} | ({} if untrained is None else {"_untrained": untrained})
+        for suffix, net in nets.items():  # each reads its own seeded draws: order-free
+            metrics.update(purity_metrics(net, judge, samples, self.device, suffix))
+            metrics.update(selectivity_metrics(net, test, self.cfg, classes, suffix))
         if self.poe.hemisphere_measured:
             metrics.update(
-                purity_metrics(self.poe, judge, self.cfg.samples, self.device, "_restricted", True)
+                purity_metrics(self.poe, judge, samples, self.device, "_restricted", True)
             )
-        if untrained is not None:
-            metrics.update(
-                purity_metrics(untrained, judge, self.cfg.samples, self.device, "_untrained")
-            )
-        metrics["purity_samples_per_capsule"] = int(self.cfg.samples.per_capsule)
-        classes = self.info.num_classes
-        metrics.update(selectivity_metrics(self.poe, test, self.cfg, classes))
-        if untrained is not None:
-            metrics.update(selectivity_metrics(untrained, test, self.cfg, classes, "_untrained"))
+        metrics["purity_samples_per_capsule"] = int(samples.per_capsule)
         metrics["recon_test_images"] = min(
             len(dm.split("test")), int(self.cfg.eval.max_images or len(dm.split("test")))
         )
