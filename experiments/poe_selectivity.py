@@ -5,9 +5,8 @@ For each finished ``poe`` run (its ``best.ckpt``), every test image (the run's f
 by its true labels (``selfcaps.methods.poe_selectivity``): the share of the group's most
 frequent class is how selectively the capsule turns on for one digit. Beside it, the purity
 of the capsule's generated samples in the restricted domain, as the run's own evaluation
-read it (``metrics.json``, the run's judge). A capsule whose images mix digits cannot be
-expected to generate one; a capsule whose images are one digit but whose samples mix points
-at the generative path.
+read it (``metrics.json``, the run's judge): the encoder's side and the generator's side of
+the same question.
 
 Prints one JSON line per run (the group metrics, and per capsule: group size, majority
 class and share, sample purity and majority) and, over the capsules of every run given, the

@@ -10,10 +10,9 @@ section 16.3):
 
     purity = (1 / N) sum_j max_k |{images in group j with label k}|.
 
-A capsule can only generate one digit if the images that turn it on are mostly that digit,
-so a low group purity points at the encoder (stage 2), a low sample purity beside a high
-group purity at the generative path (stage 3 and generation). The labels are read only
-here, as a linear probe reads them.
+The two read different things: on the recommended preset's runs the samples are purer than
+the groups, and per capsule one hardly predicts the other (docs/methods/poe.md, "What turns
+the capsules on"). The labels are read only here, as a linear probe reads them.
 """
 
 from __future__ import annotations
