@@ -38,7 +38,7 @@ from sklearn.cluster import KMeans
 from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import atomic_write_json
-from selfcaps.methods.poe_reconstruction import first_images
+from selfcaps.methods.poe_reconstruction import capped_batches
 from selfcaps.methods.poe_selectivity import (
     group_counts,
     group_purity,
@@ -53,14 +53,11 @@ def kmeans_group_purity(method: Any, loader: Any, seed: int = 0) -> float:
 
     As many groups as capsules, the same first ``eval.max_images`` images, ``n_init=4``.
     """
-    net, feats, labels, n = method.poe, [], [], 0
-    for batch, y in loader:
-        x = first_images(batch, n, method.cfg)
-        if x is None:
-            break
-        feats.append(net.primary_capsules(x.to(next(net.parameters()).device)).flatten(1).cpu())
-        labels.append(y[: x.shape[0]])
-        n += x.shape[0]
+    net, feats, labels = method.poe, [], []
+    device = next(net.parameters()).device
+    for x, y in capped_batches(loader, method.cfg):
+        feats.append(net.primary_capsules(x.to(device)).flatten(1).cpu())
+        labels.append(y)
     km = KMeans(n_clusters=net.num_caps, n_init=4, random_state=seed)
     assign = torch.as_tensor(km.fit_predict(torch.cat(feats).double().numpy())).long()
     one_hot = torch.nn.functional.one_hot(assign, net.num_caps).float()
@@ -75,15 +72,15 @@ def selectivity(run_dir: Path, data_root: str | None) -> dict[str, Any]:
     counts = loader_group_counts(method.poe, test, method.cfg, classes)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     sample_classes = str(metrics.get("purity_majority_classes_restricted", "")).split(",")
+    sizes, (top, majority) = counts.sum(1).tolist(), counts.max(1)  # as group_purity reads it
     capsules = []
-    for j, row in enumerate(counts.tolist()):
-        size = sum(row)
+    for j, size in enumerate(sizes):
         capsules.append(
             {
                 "capsule": j,
                 "group_images": size,
-                "group_majority": max(range(len(row)), key=row.__getitem__) if size else None,
-                "group_share": 100.0 * max(row) / size if size else None,
+                "group_majority": int(majority[j]) if size else None,
+                "group_share": 100.0 * int(top[j]) / size if size else None,
                 "sample_purity_restricted": metrics.get(f"purity_capsule_{j:02d}_restricted"),
                 "sample_majority_restricted": (
                     int(sample_classes[j])

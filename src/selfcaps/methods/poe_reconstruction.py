@@ -6,6 +6,7 @@ validation and test splits, at most ``eval.max_images`` images each.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -14,7 +15,13 @@ from torch import Tensor
 from selfcaps.losses.contrastive_divergence import CDChain, cd_chain, free_energies
 from selfcaps.models.poe import PoECapsNet
 
-__all__ = ["first_images", "mean_reconstruction_stats", "reconstruction_stats", "reconstructions"]
+__all__ = [
+    "capped_batches",
+    "first_images",
+    "mean_reconstruction_stats",
+    "reconstruction_stats",
+    "reconstructions",
+]
 
 
 @torch.no_grad()
@@ -68,15 +75,23 @@ def first_images(x: Tensor, start: int, cfg: Any) -> Tensor | None:
     return x[:keep] if keep > 0 else None
 
 
+def capped_batches(loader: Any, cfg: Any) -> Iterator[tuple[Tensor, Tensor]]:
+    """A labelled loader's batches ``(x, y)`` cut to its first ``eval.max_images`` images."""
+    n = 0
+    for batch, y in loader:
+        x = first_images(batch, n, cfg)
+        if x is None:
+            return
+        yield x, y[: x.shape[0]]
+        n += x.shape[0]
+
+
 def mean_reconstruction_stats(net: PoECapsNet, loader: Any, cfg: Any) -> dict[str, float]:
     """:func:`reconstruction_stats` averaged over a loader's first ``eval.max_images`` images."""
     device = next(net.parameters()).device
     sums: dict[str, float] = {}
     n = 0
-    for batch, _ in loader:
-        x = first_images(batch, n, cfg)
-        if x is None:
-            break
+    for x, _ in capped_batches(loader, cfg):
         stats = reconstruction_stats(net, x.to(device))
         for k, v in stats.items():
             sums[k] = sums.get(k, 0.0) + float(v) * x.shape[0]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from selfcaps.methods.poe_reconstruction import first_images
+from selfcaps.methods.poe_reconstruction import capped_batches
 from selfcaps.models.poe import PoECapsNet
 
 __all__ = ["group_counts", "group_purity", "loader_group_counts", "selectivity_metrics"]
@@ -99,15 +99,10 @@ def loader_group_counts(net: PoECapsNet, loader: Any, cfg: Any, num_classes: int
     """
     device = next(net.parameters()).device
     lengths, labels = [], []
-    n = 0
-    for batch, y in loader:
-        x = first_images(batch, n, cfg)
-        if x is None:
-            break
+    for x, y in capped_batches(loader, cfg):
         caps, _ = net.encode(x.to(device))
         lengths.append(caps.norm(dim=-1).cpu())
-        labels.append(y[: x.shape[0]])
-        n += x.shape[0]
+        labels.append(y)
     if not lengths:
         raise ValueError("poe selectivity: the loader yielded no images")
     return group_counts(torch.cat(lengths), torch.cat(labels), num_classes)
