@@ -28,8 +28,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from selfcaps.cli.evaluate import run_config
-from selfcaps.cli.protocols import load_run
+from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.data import EvalTransform
 from selfcaps.losses.contrastive_divergence import encoder_cd_terms, sparsity_term
 from selfcaps.methods.datamodule import TransformDataset
@@ -52,8 +51,8 @@ def main() -> None:
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    cfg, source = run_config(args)
-    method, dm = load_run(args, cfg, source)
+    method, dm = load_run_dir(args.run_dir, args.data_root, checkpoint=args.checkpoint)
+    cfg = method.cfg
     net, cd = method.poe.eval(), cfg.cd
     torch.manual_seed(args.seed)
     with torch.no_grad():
