@@ -22,8 +22,7 @@ from pathlib import Path
 
 import torch
 
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.trained import load_method, run_config
+from selfcaps.cli.evaluate import load_run_dir
 
 #: The paper's values (section 3.5), for the table's last row.
 PAPER = {"mnist": 7.75, "affnist": 18.49}
@@ -33,11 +32,7 @@ def reconstruction_errors(
     run: Path, data_root: str, affnist_images: int, checkpoint: str = "best"
 ) -> dict[str, float | int | str]:
     """``recon_error_mnist`` and ``recon_error_affnist`` of a run's best or last checkpoint."""
-    cfg = run_config(run)
-    cfg["data"]["root"] = data_root
-    method = load_method(run, checkpoint, cfg=cfg)
-    train_tf, eval_tf = method.build_transforms()
-    dm = SelfcapsDataModule(method.cfg, train_tf, eval_tf, root_source="--data-root")
+    method, dm = load_run_dir(run, data_root, method="sparsecaps", checkpoint=checkpoint)
     test = dm.split("test")
     aff, source = method.affnist_test(dm)
     idx = method.seeded_subset(len(aff), affnist_images, 0x7EC0)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from typing import Any
 
 from selfcaps.cli.catalog import check_dataset_name
 from selfcaps.cli.config import ConfigError
-from selfcaps.cli.evaluate import run_config
+from selfcaps.cli.evaluate import resolved_run_config
 
 __all__ = ["FORMATS", "add_embed_arguments", "cmd_embed", "encode_features"]
 
@@ -102,7 +102,7 @@ def _check_out(out: Path) -> None:
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """Write the features of a dataset split computed by a trained run."""
-    cfg, root_source = run_config(args)
+    cfg, root_source = resolved_run_config(args)
     _check_out(args.out)
     name = args.data or str(cfg.data.name)
     check_dataset_name(name)

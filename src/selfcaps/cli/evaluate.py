@@ -141,7 +141,7 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="dataset whose image shape to profile (default: the preset's)")
 
 
-def run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
+def resolved_run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
     """The configuration of the run in ``args.run_dir`` (data root resolved) and the root's source.
 
     ``--data-root`` (then ``SELFCAPS_DATA``) overrides the run's ``data.root``.
@@ -176,7 +176,7 @@ def load_run_dir(
     from selfcaps.cli.protocols import load_run  # imports torch
 
     args = argparse.Namespace(run_dir=Path(run_dir), checkpoint=checkpoint, data_root=data_root)
-    cfg, source = run_config(args)
+    cfg, source = resolved_run_config(args)
     if method is not None and str(cfg.method) != method:
         raise ValueError(f"{run_dir}: a run of {cfg.method}, expected {method}")
     return load_run(args, cfg, source)
@@ -184,7 +184,7 @@ def load_run_dir(
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
-    cfg, source = run_config(args)  # these checks come before torch is imported
+    cfg, source = resolved_run_config(args)  # these checks come before torch is imported
     _warn_if_stopped(args.run_dir, str(cfg.method), args.checkpoint)
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
     if args.protocol == "method":

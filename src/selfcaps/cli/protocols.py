@@ -28,7 +28,7 @@ def load_run(
     Args:
         args: The ``eval`` arguments (``run_dir``, ``checkpoint``).
         cfg: The run's configuration with ``data.root`` resolved
-            (:func:`~selfcaps.cli.evaluate.run_config`).
+            (:func:`~selfcaps.cli.evaluate.resolved_run_config`).
         root_source: Where ``data.root`` came from, for error messages.
         subset_seed: The run's seed when ``cfg.seed`` was changed for the evaluation
             (``--seed``): the training subset stays the run's.
