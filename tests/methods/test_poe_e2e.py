@@ -76,6 +76,9 @@ def test_metrics(run_dir):
         assert m[f"caps_group_images{suffix}"] == m["recon_test_images"]  # as many as read
         majorities = m[f"caps_group_majority_classes{suffix}"].split(",")
         assert len(majorities) == 20 and m[f"caps_group_empty{suffix}"] == majorities.count("-")
+        for layer in ("encoder", "decoder"):  # rank-one shares of W_j and U_j: 16 dims, >= 1/16
+            share, least = m[f"{layer}_rank1_share{suffix}"], m[f"{layer}_rank1_share_min{suffix}"]
+            assert 1 / 16 <= least <= share <= 1.0
     assert m["epochs_trained"] == 3 and m["steps"] == 3 * (64 // 32)
     assert m["best_checkpoint"] == "min val_select (epoch 3)"  # the stage-3 epoch
 
@@ -433,4 +436,31 @@ def test_selectivity_script_reproduces_the_runs_group_metrics(run_dir, tmp_path)
     assert 0.0 < row["kmeans_group_purity"] <= 100.0
     pooled = script.pooled([row, row])
     assert pooled["capsules"] == 2 * (20 - m["caps_group_empty"])
+    assert (copy / "metrics.json").read_text() == before
+
+
+def test_pose_geometry_script_reproduces_the_runs_purity_and_ranks(run_dir, tmp_path):
+    """experiments/poe_pose_geometry.py retrains the run's judge, reads the run's restricted
+    purity exactly, splits the same draws by angle, and leaves metrics.json alone."""
+    import shutil
+
+    from tests.scripts import load_script
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    before = (copy / "metrics.json").read_text()
+    row = load_script("poe_pose_geometry").pose_geometry(copy, [0.1, 0.2, 0.3], None)
+    m = json.loads(before)
+    assert row["purity_mean_restricted"] == pytest.approx(m["purity_mean_restricted"])
+    assert row["judge_test_top1"] == m["judge_test_top1"]
+    for key in ("encoder_rank1_share", "decoder_rank1_share_min", "decoder_rank1_share_untrained"):
+        assert row[key] == pytest.approx(m[key]), key
+    shares, agreement = row["angle_draw_share"], row["angle_agreement"]
+    assert len(shares) == len(agreement) == 4 and sum(shares) == pytest.approx(1.0)
+    # the bins' agreements, weighted by their shares, are the restricted purity
+    total = sum(a * w for a, w in zip(agreement, shares, strict=True) if a is not None)
+    assert total == pytest.approx(row["purity_mean_restricted"], abs=1e-3)
+    near = row["agreement_near_equator"]
+    assert near is None or near == pytest.approx(agreement[0])
+    assert 0.0 <= row["pose_far_side_share"] <= 1.0 and row["test_images"] == m["recon_test_images"]
     assert (copy / "metrics.json").read_text() == before

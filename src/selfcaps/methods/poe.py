@@ -100,6 +100,7 @@ from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
 from selfcaps.methods.poe_figures import poe_figures
+from selfcaps.methods.poe_geometry import rank_metrics
 from selfcaps.methods.poe_judge import purity_metrics, train_judge
 from selfcaps.methods.poe_reconstruction import (
     first_images,
@@ -432,6 +433,7 @@ class PoE(CapsuleMethod):
         for suffix, net in nets.items():  # each reads its own seeded draws: order-free
             metrics.update(purity_metrics(net, judge, samples, self.device, suffix))
             metrics.update(selectivity_metrics(net, test, self.cfg, classes, suffix))
+            metrics.update(rank_metrics(net, suffix))
         if self.poe.hemisphere_measured:
             metrics.update(
                 purity_metrics(self.poe, judge, samples, self.device, "_restricted", True)

@@ -21,7 +21,13 @@ from selfcaps.eval.progress import progress
 from selfcaps.methods.datamodule import TransformDataset, mix_seed
 from selfcaps.models.poe import PoECapsNet
 
-__all__ = ["class_purity", "judge_network", "purity_metrics", "train_judge"]
+__all__ = [
+    "capsule_predictions",
+    "class_purity",
+    "judge_network",
+    "purity_metrics",
+    "train_judge",
+]
 
 
 def class_purity(predictions: Tensor) -> tuple[float, int]:
@@ -85,6 +91,42 @@ def train_judge(
     return judge, 100.0 * correct / max(total, 1)
 
 
+@torch.no_grad()
+def capsule_predictions(
+    net: PoECapsNet,
+    judge: nn.Module,
+    samples: Any,
+    device: torch.device,
+    restricted: bool = False,
+    suffix: str = "",
+) -> tuple[Tensor, Tensor]:
+    """The seeded draws of every capsule and the judge's class for the image of each.
+
+    Args:
+        net: The network whose capsules generate.
+        judge: The judging CNN (:func:`train_judge`).
+        samples: The ``samples`` section (``per_capsule``, ``seed``).
+        device: Where ``net`` and ``judge`` are.
+        restricted: Draw from the restricted domain (the capsules' mean poses' hemisphere).
+        suffix: Names the progress bar.
+
+    Returns:
+        Draws ``(n, num_caps, out_dim)`` and predicted classes ``(n, num_caps)``.
+    """
+    n, seed = int(samples.per_capsule), int(samples.seed)
+    draws = net.draws(n, torch.Generator().manual_seed(mix_seed(seed, 0xD4A)), restricted)
+    preds = [
+        torch.cat(
+            [
+                judge(net.generate(j, chunk.to(device))).argmax(1).cpu()
+                for chunk in draws[:, j].split(128)
+            ]
+        )
+        for j in progress(range(net.num_caps), f"judging {n} samples per capsule{suffix}")
+    ]
+    return draws, torch.stack(preds, dim=1)
+
+
 def purity_metrics(
     net: PoECapsNet,
     judge: nn.Module,
@@ -103,16 +145,8 @@ def purity_metrics(
         suffix: Appended to every key (``""``, ``"_restricted"``, ``"_untrained"``).
         restricted: Draw from the restricted domain (the capsules' mean poses' hemisphere).
     """
-    n, seed = int(samples.per_capsule), int(samples.seed)
-    draws = net.draws(n, torch.Generator().manual_seed(mix_seed(seed, 0xD4A)), restricted)
     purities, classes = [], []
-    for j in progress(range(net.num_caps), f"judging {n} samples per capsule{suffix}"):
-        preds = torch.cat(
-            [
-                judge(net.generate(j, chunk.to(device))).argmax(1).cpu()
-                for chunk in draws[:, j].split(128)
-            ]
-        )
+    for preds in capsule_predictions(net, judge, samples, device, restricted, suffix)[1].T:
         p, cls = class_purity(preds)
         purities.append(p)
         classes.append(cls)

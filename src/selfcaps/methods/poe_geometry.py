@@ -1,0 +1,147 @@
+"""How many of its 16 dimensions a PoE capsule uses, and where its samples fall.
+
+A capsule's pose is 16-dimensional, but nothing in Algorithm 1 makes it use more than one
+direction: capsule ``j``'s encoder map ``W_j`` (every primary capsule's 8 dimensions to its
+16, a ``4,608 x 16`` matrix) and its decoder map ``U_j`` (``16 x 4,608``) can each approach
+rank one. Their *rank-one share*, the fraction of the squared Frobenius norm held by the top
+singular value,
+
+    share(A) = s_1(A)^2 / sum_k s_k(A)^2,
+
+is 1 for a map of rank one and ``1 / 16`` for 16 orthogonal directions of equal size. When
+``U_j`` is near rank one, capsule ``j`` generates along one curve: its votes are
+``squash(x) U_j``, about ``s_1 (squash(x) . a_j) b_j`` with ``a_j`` and ``b_j`` the top singular
+vectors of ``U_j``, so a draw with ``x . a_j`` near 0 decodes to about the image of a zero pose
+(the training set's mean code, with ``model.center``), whatever the rest of the draw.
+
+:func:`angle_agreement` reads that on samples: the share of a capsule's restricted-domain
+samples that the judge gives the capsule's majority class, per quantile of the draw's cosine
+to the capsule's mean pose ``m_j``. :func:`pose_angles` gives the cosines of the test images'
+own poses to ``m_j``, the half of ``S^15`` the data actually visit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from selfcaps.caps.layers import DenseCaps
+from selfcaps.methods.poe_reconstruction import capped_batches
+from selfcaps.models.poe import PoECapsNet
+
+__all__ = [
+    "angle_agreement",
+    "decoder_maps",
+    "encoder_maps",
+    "pose_angles",
+    "rank_metrics",
+    "top_singular_share",
+]
+
+
+def top_singular_share(maps: Tensor) -> Tensor:
+    """Rank-one share ``s_1^2 / sum_k s_k^2`` of each matrix in a stack.
+
+    Args:
+        maps: ``(k, m, n)`` matrices, none all-zero.
+
+    Returns:
+        ``(k,)`` shares in ``[1 / min(m, n), 1]`` (computed in float64).
+
+    Raises:
+        ValueError: Not a 3-D stack, or a matrix that is all zero (its share is undefined).
+    """
+    if maps.dim() != 3:
+        raise ValueError(f"expected a (k, m, n) stack of matrices, got shape {tuple(maps.shape)}")
+    sv2 = torch.linalg.svdvals(maps.detach().double()).pow(2)
+    total = sv2.sum(-1)
+    if not bool((total > 0).all()):
+        zero = (total == 0).nonzero().flatten().tolist()
+        raise ValueError(f"matrices {zero} are all zero: their rank-one share is undefined")
+    return (sv2[:, 0] / total).float()
+
+
+def encoder_maps(layer: DenseCaps) -> Tensor:
+    """Each output capsule's map from all inputs, ``(out_caps, in_caps * in_dim, out_dim)``.
+
+    ``layer.weight`` is ``(in_caps, in_dim, out_caps * out_dim)`` with the vote of input ``i``
+    for output ``j`` ``u_i @ weight[i, :, j*out_dim:(j+1)*out_dim]``.
+    """
+    in_caps, in_dim, _ = layer.weight.shape
+    w = layer.weight.detach().reshape(in_caps * in_dim, layer.out_caps, -1)
+    return w.permute(1, 0, 2)
+
+
+def decoder_maps(layer: DenseCaps) -> Tensor:
+    """Each input capsule's map to all outputs, ``(in_caps, in_dim, out_caps * out_dim)``."""
+    return layer.weight.detach()
+
+
+def rank_metrics(net: PoECapsNet, suffix: str = "") -> dict[str, float]:
+    """Mean rank-one share over the capsules of ``W_j`` and ``U_j``; also the smallest."""
+    out: dict[str, float] = {}
+    for name, maps in (
+        ("encoder", encoder_maps(net.encoder)),
+        ("decoder", decoder_maps(net.decoder)),
+    ):
+        share = top_singular_share(maps)
+        out[f"{name}_rank1_share{suffix}"] = float(share.mean())
+        out[f"{name}_rank1_share_min{suffix}"] = float(share.min())
+    return out
+
+
+@torch.no_grad()
+def pose_angles(net: PoECapsNet, loader: Any, cfg: Any) -> tuple[Tensor, Tensor]:
+    """Cosine of every test pose to its capsule's mean pose ``m_j``, and the pose's length.
+
+    Args:
+        net: A network whose stage 3 measured the mean poses (``net.hemisphere``).
+        loader: Test images (the first ``eval.max_images`` are read).
+        cfg: The run configuration (``eval.max_images``).
+
+    Returns:
+        ``(cos, length)``, each ``(N, num_caps)``.
+
+    Raises:
+        ValueError: The mean poses were not measured, or the loader yielded no images.
+    """
+    if not net.hemisphere_measured:
+        raise ValueError("pose_angles needs the capsules' mean poses, measured in stage 3")
+    m = F.normalize(net.hemisphere.float(), dim=-1)
+    cos, length = [], []
+    device = net.hemisphere.device
+    for x, _ in capped_batches(loader, cfg):
+        pose, _ = net.encode(x.to(device))
+        cos.append((F.normalize(pose, dim=-1) * m).sum(-1).cpu())
+        length.append(pose.norm(dim=-1).cpu())
+    if not cos:
+        raise ValueError("pose_angles: the loader yielded no images")
+    return torch.cat(cos), torch.cat(length)
+
+
+def angle_agreement(cos: Tensor, agrees: Tensor, edges: Tensor) -> list[float | None]:
+    """Share of samples (percent) agreeing with their capsule's majority, per bin of ``cos``.
+
+    Args:
+        cos: ``(N,)`` cosine of each draw to its capsule's mean pose.
+        agrees: ``(N,)`` bool, whether the judge gave the sample its capsule's majority class.
+        edges: Increasing bin edges; bin ``k`` holds ``edges[k-1] <= cos < edges[k]`` (the first
+            bin everything below ``edges[0]``, the last everything from ``edges[-1]``).
+
+    Returns:
+        One percentage per bin (``len(edges) + 1``), ``None`` for an empty bin.
+
+    Raises:
+        ValueError: ``cos`` and ``agrees`` differ in shape.
+    """
+    if cos.shape != agrees.shape:
+        raise ValueError(f"cos {tuple(cos.shape)} and agrees {tuple(agrees.shape)} differ")
+    bins = torch.bucketize(cos, edges, right=True)
+    out: list[float | None] = []
+    for k in range(len(edges) + 1):
+        hit = agrees[bins == k]
+        out.append(100.0 * float(hit.float().mean()) if len(hit) else None)
+    return out
