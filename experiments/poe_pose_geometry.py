@@ -12,7 +12,10 @@ evaluation trains it, so the purity it recomputes is the run's ``purity_mean_res
   (``cos < 0``, outside the restricted half-sphere);
 - which restricted-domain samples the judge gives the capsule's majority class, per bin of
   the draw's cosine to ``m_j`` (``--edges``, default 0.1 0.2 0.3), with each bin's share of the
-  draws, and split at the first edge (``agreement_near_equator``, ``agreement_off_equator``).
+  draws, and split at the first edge (``agreement_near_equator``, ``agreement_off_equator``);
+- the complete domain's draws around each pole of ``m_j`` (``|cos| >=`` the first edge), each
+  read for its own majority class (``pole_purity_near`` / ``_far``, and how many capsules
+  generate different digits at the two poles, ``pole_majorities_differ``).
 
 Prints one JSON line per run and writes ``RUN_DIR/pose_geometry.json``; ``metrics.json`` is
 not touched.
@@ -36,7 +39,12 @@ from torch.nn import functional as F
 from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import atomic_write_json
-from selfcaps.methods.poe_geometry import angle_agreement, pose_angles, rank_metrics
+from selfcaps.methods.poe_geometry import (
+    angle_agreement,
+    pole_purity,
+    pose_angles,
+    rank_metrics,
+)
 from selfcaps.methods.poe_judge import capsule_predictions, class_purity, train_judge
 
 
@@ -69,6 +77,9 @@ def pose_geometry(run_dir: Path, edges: list[float], data_root: str | None) -> d
     out["agreement_near_equator"], out["agreement_off_equator"] = near, off
     bins = torch.bucketize(draw_cos.flatten(), e, right=True)
     out["angle_draw_share"] = [float((bins == k).float().mean()) for k in range(len(edges) + 1)]
+    with torch.no_grad():  # the complete domain: both poles of m_j
+        draws, preds = capsule_predictions(net, judge, cfg.samples, method.device, False)
+    out |= pole_purity((F.normalize(draws, dim=-1) * m).sum(-1), preds, edges[0])
     return out
 
 

@@ -463,4 +463,7 @@ def test_pose_geometry_script_reproduces_the_runs_purity_and_ranks(run_dir, tmp_
     near = row["agreement_near_equator"]
     assert near is None or near == pytest.approx(agreement[0])
     assert 0.0 <= row["pose_far_side_share"] <= 1.0 and row["test_images"] == m["recon_test_images"]
+    assert (
+        len(row["pole_majority_near"].split(",")) == 20 and 0 <= row["pole_majorities_differ"] <= 20
+    )
     assert (copy / "metrics.json").read_text() == before

@@ -10,6 +10,7 @@ from selfcaps.methods.poe_geometry import (
     angle_agreement,
     decoder_maps,
     encoder_maps,
+    pole_purity,
     pose_angles,
     rank_metrics,
     top_singular_share,
@@ -119,3 +120,28 @@ def test_pose_angles_need_the_mean_poses():
     cfg = SimpleNamespace(eval=SimpleNamespace(max_images=None))
     with pytest.raises(ValueError, match="mean poses, measured in stage 3"):
         pose_angles(_net(), [], cfg)
+
+
+def test_pole_purity_by_hand():
+    # capsule 0: near pole 3, 3, 1 (2 of 3 = 3), far pole 7, 7 (7); one draw on the equator
+    # capsule 1: near pole 4, 4, 4 (4); no draw at the far pole
+    cos = torch.tensor([[0.5, 0.9], [0.3, 0.2], [0.8, 0.05], [-0.4, 0.0], [-0.6, 0.5], [0.01, 0.0]])
+    preds = torch.tensor([[3, 4], [3, 4], [1, 9], [7, 2], [7, 4], [5, 5]])
+    m = pole_purity(cos, preds, 0.1)
+    assert m["pole_purity_near"] == pytest.approx((200 / 3 + 100) / 2)
+    assert m["pole_purity_far"] == pytest.approx(100.0)  # capsule 0 only
+    assert m["pole_majority_near"] == "3,4" and m["pole_majority_far"] == "7,-"
+    assert m["pole_majorities_differ"] == 1
+
+
+@pytest.mark.parametrize(
+    ("cos", "preds", "edge", "match"),
+    [
+        (torch.zeros(3, 2), torch.zeros(3, 3), 0.1, r"got \(3, 2\) and \(3, 3\)"),
+        (torch.zeros(3, 2), torch.zeros(3, 2), 1.0, "0 <= edge < 1, got 1.0"),
+        (torch.ones(3, 2), torch.zeros(3, 2), 0.1, "no draw lies at the far pole"),
+    ],
+)
+def test_pole_purity_rejects_bad_input(cos, preds, edge, match):
+    with pytest.raises(ValueError, match=match):
+        pole_purity(cos, preds, edge)

@@ -29,6 +29,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from selfcaps.caps.layers import DenseCaps
+from selfcaps.methods.poe_judge import class_purity
 from selfcaps.methods.poe_reconstruction import capped_batches
 from selfcaps.models.poe import PoECapsNet
 
@@ -36,6 +37,7 @@ __all__ = [
     "angle_agreement",
     "decoder_maps",
     "encoder_maps",
+    "pole_purity",
     "pose_angles",
     "rank_metrics",
     "top_singular_share",
@@ -144,4 +146,53 @@ def angle_agreement(cos: Tensor, agrees: Tensor, edges: Tensor) -> list[float | 
     for k in range(len(edges) + 1):
         hit = agrees[bins == k]
         out.append(100.0 * float(hit.float().mean()) if len(hit) else None)
+    return out
+
+
+def pole_purity(cos: Tensor, preds: Tensor, edge: float) -> dict[str, float | int | str]:
+    """Per capsule, the class purity of its draws near each pole of its mean pose ``m_j``.
+
+    The draws of the complete domain with ``cos >= edge`` (around ``+m_j``) and with
+    ``cos <= -edge`` (around ``-m_j``) are read separately: a capsule whose pose is a signed
+    scalar generates one digit around each pole.
+
+    Args:
+        cos: ``(n, num_caps)`` cosine of each draw to its capsule's mean pose.
+        preds: ``(n, num_caps)`` the judge's class for each draw's image.
+        edge: How far from the equator a draw must be (``0 <= edge < 1``).
+
+    Returns:
+        ``pole_purity_near`` and ``pole_purity_far`` (percent, mean over the capsules with
+        draws at that pole), ``pole_majority_near`` / ``pole_majority_far`` (per capsule,
+        ``-`` without draws) and ``pole_majorities_differ`` (capsules whose two majorities
+        differ, of those with draws at both poles).
+
+    Raises:
+        ValueError: ``cos`` and ``preds`` differ in shape, ``edge`` is outside ``[0, 1)``, or
+            no capsule has a draw at one of the poles.
+    """
+    if cos.shape != preds.shape or cos.dim() != 2:
+        raise ValueError(f"expected cos and preds (n, num_caps), got {tuple(cos.shape)} and "
+                         f"{tuple(preds.shape)}")  # fmt: skip
+    if not 0.0 <= edge < 1.0:
+        raise ValueError(f"edge: expected 0 <= edge < 1, got {edge}")
+    out: dict[str, float | int | str] = {}
+    majorities: dict[str, list[int | None]] = {}
+    for pole, mask in (("near", cos >= edge), ("far", cos <= -edge)):
+        shares, classes = [], []
+        for j in range(cos.shape[1]):
+            if bool(mask[:, j].any()):
+                share, cls = class_purity(preds[mask[:, j], j])
+                shares.append(share)
+                classes.append(cls)
+            else:
+                classes.append(None)
+        if not shares:
+            raise ValueError(f"no draw lies at the {pole} pole (|cos| >= {edge}) of any capsule")
+        out[f"pole_purity_{pole}"] = sum(shares) / len(shares)
+        out[f"pole_majority_{pole}"] = ",".join("-" if c is None else str(c) for c in classes)
+        majorities[pole] = classes
+    both = [(a, b) for a, b in zip(majorities["near"], majorities["far"], strict=True)
+            if a is not None and b is not None]  # fmt: skip
+    out["pole_majorities_differ"] = sum(a != b for a, b in both)
     return out
