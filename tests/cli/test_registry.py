@@ -112,6 +112,12 @@ def test_hash_ignores_seed_and_data_root_only():
         ({"comparison": None}, "needs comparison"),
         ({"colour": "red"}, "unknown field"),
         ({"arm": {"label": "a", "preset": "quick", "values": [1, 2, 3]}}, "no arm"),
+        ({"what": "share within |cos| >= 0.9"}, r"'\|' in what \(a table cell\)"),
+        ({"note": "a | b", "comparison": "x|y"}, r"'\|' in comparison, note"),
+        (
+            {"treatment": {"label": "|x|", "preset": "quick", "values": [1, 2, 3]}},
+            r"'\|' in '\|x\|' label",
+        ),
     ],
 )
 def test_bad_rows_are_refused_with_the_row_named(tmp_path, change, match):

@@ -260,6 +260,10 @@ def _arm(where: str, raw: Any, n_seeds: int) -> Arm:
     return Arm(str(raw["label"]), str(raw["preset"]), tuple(overrides), vals)
 
 
+#: Fields shown in a markdown table cell, where a '|' would split the cell.
+_CELLS = ("method", "what", "rung", "budget", "dataset", "metric", "comparison", "note", "stale")
+
+
 def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
     if not isinstance(raw, dict):
         raise RegistryError(f"{where}: expected a mapping, got {type(raw).__name__}")
@@ -289,6 +293,10 @@ def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
         arms = (_arm(f"{where}.arm", raw["arm"], len(seeds)),)
     else:
         raise RegistryError(f"{where}.kind: expected paired or single, got {kind!r}")
+    cells = {k: raw.get(k) for k in _CELLS} | {f"{a.label!r} label": a.label for a in arms}
+    piped = sorted(k for k, v in cells.items() if v is not None and "|" in str(v))
+    if piped:  # a '|' would split a markdown table cell
+        raise RegistryError(f"{where}: '|' in {', '.join(piped)} (a table cell); write it in words")
     tables = raw["tables"]
     if not isinstance(tables, list) or not tables:
         raise RegistryError(f"{where}.tables: expected a non-empty list of table names")
