@@ -1,7 +1,7 @@
 """How many of its 16 dimensions a PoE capsule uses, and where its samples fall.
 
-A capsule's pose is 16-dimensional, but nothing in Algorithm 1 makes it use more than one
-direction: capsule ``j``'s encoder map ``W_j`` (every primary capsule's 8 dimensions to its
+A capsule's pose is 16-dimensional, and Algorithm 1 does not constrain how many directions it
+uses: capsule ``j``'s encoder map ``W_j`` (every primary capsule's 8 dimensions to its
 16, a ``4,608 x 16`` matrix) and its decoder map ``U_j`` (``16 x 4,608``) can each approach
 rank one. Their *rank-one share*, the fraction of the squared Frobenius norm held by the top
 singular value,
@@ -15,9 +15,11 @@ vectors of ``U_j``, so a draw with ``x . a_j`` near 0 decodes to about the image
 (the training set's mean code, with ``model.center``), whatever the rest of the draw.
 
 :func:`angle_agreement` reads that on samples: the share of a capsule's restricted-domain
-samples that the judge gives the capsule's majority class, per quantile of the draw's cosine
-to the capsule's mean pose ``m_j``. :func:`pose_angles` gives the cosines of the test images'
-own poses to ``m_j``, the half of ``S^15`` the data actually visit.
+samples that the judge gives the capsule's majority class, per bin of the draw's cosine to
+the capsule's mean pose ``m_j`` (the direction that defines the restricted half-sphere).
+:func:`pose_angles` gives the cosines of the test images' own poses to ``m_j``: where on the
+sphere the data's poses lie. :func:`pole_purity` reads the complete domain's draws around each
+pole of ``m_j`` separately.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def pole_purity(cos: Tensor, preds: Tensor, edge: float) -> dict[str, float | in
 
     The draws of the complete domain with ``cos >= edge`` (around ``+m_j``) and with
     ``cos <= -edge`` (around ``-m_j``) are read separately: a capsule whose pose is a signed
-    scalar generates one digit around each pole.
+    scalar can generate a different digit around each pole.
 
     Args:
         cos: ``(n, num_caps)`` cosine of each draw to its capsule's mean pose.
