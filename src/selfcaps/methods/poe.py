@@ -64,7 +64,8 @@ unsquash, decoder) -- the path generation uses. So the best checkpoint is the
 epoch of the latest stage reached (normally stage 3: a trained decoder) whose
 capsule reconstructions of the validation split are best.
 
-Final evaluation (``metrics.json``): reconstruction errors on the test split
+Final evaluation (``metrics.json``, :mod:`~selfcaps.methods.poe_evaluation`):
+reconstruction errors on the test split
 (autoencoder alone, through W and its transpose, through W and U), the free
 energies of data and one-step reconstructions and their gap for the trained
 and an untrained capsule layer (same trained autoencoder; W and U a fresh draw
@@ -73,13 +74,14 @@ samples, judged by a small CNN trained on the run's training split: capsule
 ``j``'s purity is the share of its samples given its most frequent class. A
 constant generator is 100% pure, so ``purity_classes_covered`` (distinct
 majority classes over the capsules) is reported beside it, and the same numbers
-for the untrained capsule layer are the baseline. ``eval.max_images`` caps the
-images of the validation and test reconstruction metrics (for CPU runs).
+for the untrained capsule layer are the baseline; also the test images grouped by
+their longest capsule and the rank-one shares of every capsule's ``W_j`` and ``U_j``.
+``eval.max_images`` caps the images of the validation and test reconstruction metrics (for
+CPU runs).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -96,18 +98,11 @@ from selfcaps.losses.contrastive_divergence import (
 )
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.datamodule import mix_seed
-from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
+from selfcaps.methods.poe_evaluation import poe_evaluation
 from selfcaps.methods.poe_figures import poe_figures
-from selfcaps.methods.poe_geometry import rank_metrics
-from selfcaps.methods.poe_judge import purity_metrics, train_judge
-from selfcaps.methods.poe_reconstruction import (
-    first_images,
-    mean_reconstruction_stats,
-    reconstruction_stats,
-)
-from selfcaps.methods.poe_selectivity import selectivity_metrics
+from selfcaps.methods.poe_reconstruction import first_images, reconstruction_stats
 from selfcaps.models import create_model
 from selfcaps.models.poe import PoECapsNet
 
@@ -402,47 +397,8 @@ class PoE(CapsuleMethod):
 
     @torch.no_grad()
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
-        """Test-split reconstructions, free energies, groups by longest capsule, sample purity."""
-        self.eval()
-        done = self.stages_trained()
-        if done < 3:
-            warnings.warn(
-                f"poe: training stopped (trainer.max_time / max_steps) after {done} of 3 stages "
-                f"(model.stage_epochs={list(self.cfg.model.stage_epochs)}); the later stages' "
-                "layers are untrained and their metrics describe an initialisation",
-                stacklevel=2,
-            )
-        metrics: dict[str, float | int | str] = {"stages_completed": done}
-        untrained = self.untrained_network() if self.cfg.eval.baselines else None
-        test = dm.eval_loader("test")
-        n_test = len(test.dataset)
-        metrics.update(mean_reconstruction_stats(self.poe, test, self.cfg))
-        metrics.update(evaluation_record("eval_test", "test", n_test, None, None, self.poe))
-        if untrained is not None:
-            metrics.update(
-                evaluation_record("eval_untrained", "test", n_test, None, None, untrained)
-            )
-            base = mean_reconstruction_stats(untrained, test, self.cfg)
-            metrics["free_energy_gap_untrained"] = base["free_energy_gap"]
-            metrics["recon_caps_mse_untrained"] = base["recon_caps_mse"]
-            metrics["recon_caps_spread_untrained"] = base["recon_caps_spread"]
-        judge, judge_acc = train_judge(dm, self.cfg, self.info, self.device)
-        metrics["judge_test_top1"] = judge_acc
-        samples, classes = self.cfg.samples, self.info.num_classes
-        nets = {"": self.poe} | ({} if untrained is None else {"_untrained": untrained})
-        for suffix, net in nets.items():  # each reads its own seeded draws: order-free
-            metrics.update(purity_metrics(net, judge, samples, self.device, suffix))
-            metrics.update(selectivity_metrics(net, test, self.cfg, classes, suffix))
-            metrics.update(rank_metrics(net, suffix))
-        if self.poe.hemisphere_measured:
-            metrics.update(
-                purity_metrics(self.poe, judge, samples, self.device, "_restricted", True)
-            )
-        metrics["purity_samples_per_capsule"] = int(samples.per_capsule)
-        metrics["recon_test_images"] = min(
-            len(dm.split("test")), int(self.cfg.eval.max_images or len(dm.split("test")))
-        )
-        return metrics
+        """Test-split reconstructions, free energies, groups, ranks, sample purity."""
+        return poe_evaluation(self, dm)
 
     @torch.no_grad()
     def figures(self, dm: Any) -> dict[str, Figure]:
