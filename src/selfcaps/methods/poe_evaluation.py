@@ -12,7 +12,7 @@ Every reading draws from its own seeded generator, so their order does not chang
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -22,18 +22,16 @@ from selfcaps.methods.poe_judge import purity_metrics, train_judge
 from selfcaps.methods.poe_reconstruction import mean_reconstruction_stats
 from selfcaps.methods.poe_selectivity import selectivity_metrics
 
-if TYPE_CHECKING:
-    from selfcaps.methods.poe import PoE
-
 __all__ = ["poe_evaluation"]
 
 
 @torch.no_grad()
-def poe_evaluation(method: PoE, dm: Any) -> dict[str, float | int | str]:
+def poe_evaluation(method: Any, dm: Any) -> dict[str, float | int | str]:
     """Every metric of a ``poe`` run's ``metrics.json`` (see docs/methods/poe.md, Metrics).
 
     Args:
-        method: The trained method (put in eval mode here).
+        method: The trained :class:`~selfcaps.methods.poe.PoE` (put in eval mode here; typed
+            ``Any`` because ``poe.py`` imports this module).
         dm: Its data module (the test split; the training split trains the judge).
 
     Returns:
