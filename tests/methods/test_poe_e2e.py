@@ -165,6 +165,20 @@ def test_config_errors_exit_2(tmp_path, capsys):
     assert main(["sample", str(tmp_path)]) == 2
 
 
+def test_orthogonal_encoder_makes_every_capsule_use_all_its_dimensions(tmp_path, capsys):
+    """cd.orthogonal_encoder: W_j equal in all 16 directions after stage 2 (rank-one share
+    1/16 in the run's metrics), the untrained layer untouched; a non-boolean is refused."""
+    out = tmp_path / "ortho"
+    args = ["run", "poe", "--out", str(out), "--epochs", "3", *TINY]
+    assert main([*args, "cd.orthogonal_encoder=true", "eval.baselines=true"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["encoder_rank1_share"] == pytest.approx(1 / 16, abs=1e-4)
+    assert m["encoder_rank1_share_min"] == pytest.approx(1 / 16, abs=1e-4)
+    assert m["encoder_rank1_share_untrained"] > 1 / 16 + 1e-3
+    assert main([*args[:3], str(tmp_path / "bad"), *args[4:], "cd.orthogonal_encoder=2"]) == 2
+    assert "cd.orthogonal_encoder" in capsys.readouterr().err
+
+
 def test_a_diverging_cd_update_stops_the_run_with_a_named_error(tmp_path, capsys):
     """A huge learning rate makes W overflow at the first update: the next step stops the run."""
     tiny = [a for a in TINY if not a.startswith("model.stage_epochs")]

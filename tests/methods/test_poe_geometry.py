@@ -10,6 +10,7 @@ from selfcaps.methods.poe_geometry import (
     angle_agreement,
     decoder_maps,
     encoder_maps,
+    equalize_encoder_maps,
     pole_purity,
     pose_angles,
     rank_metrics,
@@ -145,3 +146,29 @@ def test_pole_purity_by_hand():
 def test_pole_purity_rejects_bad_input(cos, preds, edge, match):
     with pytest.raises(ValueError, match=match):
         pole_purity(cos, preds, edge)
+
+
+def test_equalize_encoder_maps_by_hand_and_against_the_polar_factor():
+    torch.manual_seed(0)
+    layer = DenseCaps(in_caps=3, in_dim=2, out_caps=2, out_dim=2)
+    with torch.no_grad():  # capsule 0's map: columns 2 e_1 and e_2 (norm sqrt(5))
+        w = layer.weight.view(6, 2, 2)
+        w[:, 0] = 0.0
+        w[0, 0, 0], w[1, 0, 1] = 2.0, 1.0
+    other = encoder_maps(layer)[1].double().clone()
+    equalize_encoder_maps(layer)
+    maps = encoder_maps(layer).double()
+    expected = torch.zeros(6, 2, dtype=torch.float64)
+    expected[0, 0] = expected[1, 1] = (5 / 2) ** 0.5  # equal columns, Frobenius norm kept
+    torch.testing.assert_close(maps[0], expected, rtol=1e-6, atol=1e-6)
+    u, _, vh = torch.linalg.svd(other, full_matrices=False)  # the polar factor, by SVD
+    torch.testing.assert_close(maps[1], u @ vh * other.norm() / 2**0.5, rtol=1e-5, atol=1e-6)
+    assert top_singular_share(maps).tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_equalize_encoder_maps_refuses_dependent_columns():
+    layer = DenseCaps(in_caps=3, in_dim=2, out_caps=2, out_dim=2)
+    with torch.no_grad():
+        layer.weight.view(6, 2, 2)[:, 0] = torch.ones(6, 1)  # capsule 0: two equal columns
+    with pytest.raises(ValueError, match="linearly dependent columns"):
+        equalize_encoder_maps(layer)

@@ -45,6 +45,10 @@ def check(cfg: Any) -> None:
     for key in ("momentum", "weight_decay", "sparsity"):
         expect(cd[key] >= 0, f"cd.{key}", "a value >= 0", cd[key])
     expect(0 < cd.sparsity_target < 1, "cd.sparsity_target", "0 < p < 1", cd.sparsity_target)
+    expect(
+        isinstance(cd.orthogonal_encoder, bool), "cd.orthogonal_encoder", "true or false",
+        cd.orthogonal_encoder,
+    )  # fmt: skip
     most = cfg.eval.max_images
     expect(most is None or int(most) >= 1, "eval.max_images", "null or >= 1", most)
     for key in ("rows", "per_capsule"):

@@ -102,6 +102,7 @@ from selfcaps.methods.figures import Figure
 from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
 from selfcaps.methods.poe_evaluation import poe_evaluation
 from selfcaps.methods.poe_figures import poe_figures
+from selfcaps.methods.poe_geometry import equalize_encoder_maps
 from selfcaps.methods.poe_reconstruction import first_images, reconstruction_stats
 from selfcaps.models import create_model
 from selfcaps.models.poe import PoECapsNet
@@ -317,6 +318,8 @@ class PoE(CapsuleMethod):
         elif self.stage > 1:  # stage 1's manual_backward already ran the check
             self.on_after_backward()
         opt.step()
+        if self.stage == 2 and self.cfg.cd.orthogonal_encoder:
+            equalize_encoder_maps(self.poe.encoder)
         return loss
 
     def _store_hemisphere(self) -> None:

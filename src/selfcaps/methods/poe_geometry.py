@@ -39,6 +39,7 @@ __all__ = [
     "angle_agreement",
     "decoder_maps",
     "encoder_maps",
+    "equalize_encoder_maps",
     "pole_purity",
     "pose_angles",
     "rank_metrics",
@@ -77,6 +78,33 @@ def encoder_maps(layer: DenseCaps) -> Tensor:
     in_caps, in_dim, _ = layer.weight.shape
     w = layer.weight.detach().reshape(in_caps * in_dim, layer.out_caps, -1)
     return w.permute(1, 0, 2)
+
+
+@torch.no_grad()
+def equalize_encoder_maps(layer: DenseCaps) -> None:
+    """Make every output capsule's map 16 orthogonal directions of equal size, in place.
+
+    Each ``W_j`` (:func:`encoder_maps`, ``m x d``) is replaced by the nearest matrix with
+    orthogonal columns of equal norm and the same Frobenius norm (the polar factor, Loewdin's
+    symmetric orthogonalisation): ``W_j (W_j^T W_j)^(-1/2) |W_j|_F / sqrt(d)``. Its column space
+    is kept; its rank-one share becomes ``1 / d``. ``cd.orthogonal_encoder`` applies it after
+    every stage-2 step (not the paper: a test of whether capsules that must use all their pose
+    dimensions draw purer samples).
+
+    Raises:
+        ValueError: A map whose columns are linearly dependent (no polar factor to keep).
+    """
+    w = layer.weight
+    in_caps, in_dim, _ = w.shape
+    maps = encoder_maps(layer).double()  # (out_caps, m, d)
+    gram = maps.transpose(1, 2) @ maps
+    evals, evecs = torch.linalg.eigh(gram)
+    if not bool((evals > 1e-12 * evals[:, -1:].clamp_min(1e-300)).all()):
+        raise ValueError("equalize_encoder_maps: a capsule's map has linearly dependent columns")
+    inv_sqrt = evecs @ torch.diag_embed(evals.rsqrt()) @ evecs.transpose(1, 2)
+    scale = maps.flatten(1).norm(dim=1).view(-1, 1, 1) / maps.shape[-1] ** 0.5
+    equal = (maps @ inv_sqrt * scale).permute(1, 0, 2).reshape(in_caps, in_dim, -1)
+    w.copy_(equal.to(w.dtype))
 
 
 def decoder_maps(layer: DenseCaps) -> Tensor:
