@@ -259,8 +259,9 @@ def test_two_seeds_show_no_interval_and_small_values_keep_their_digits(tmp_path)
 
 def test_the_orthogonal_encoder_switch_is_hashed_only_when_on():
     """cd.orthogonal_encoder came after the PoE rows: off, it hashes as before it existed."""
-    before = arm_config_hash("poe", "center_parents_sparse", [])
+    before = arm_config_hash("poe", "center_parents_sparse", ["trainer.threads=1"])
     off = config_hash({"cd": {"orthogonal_encoder": False, "lr_encoder": 1.0}})
     assert off == config_hash({"cd": {"lr_encoder": 1.0}})
-    assert before != arm_config_hash("poe", "center_parents_sparse", ["cd.orthogonal_encoder=true"])
+    on = ["trainer.threads=1", "cd.orthogonal_encoder=true"]
+    assert before != arm_config_hash("poe", "center_parents_sparse", on)
     assert before == "1677695bd808"  # the recommended preset's rows, measured before the switch
