@@ -5,7 +5,8 @@ evaluation trains it, so the purity it recomputes is the run's ``purity_mean_res
 
 - the rank-one share of every capsule's encoder map ``W_j`` and decoder map ``U_j``
   (``selfcaps.methods.poe_geometry``): 1 when a capsule's 16 pose dimensions act as one; the
-  same for the untrained layer (``_untrained``, as the run's evaluation draws it);
+  same for the untrained layer (``_untrained``, as the run's evaluation draws it); and how
+  closely ``U_j``'s top direction follows ``m_j`` (``decoder_axis_cos``, mean ``|cos|``);
 - where the test images' own poses lie: the cosine of each image's longest capsule's pose to
   that capsule's mean pose ``m_j`` (quantiles), and, weighting every pose by its length, the
   share within ``|cos| >= 0.9`` of the line through ``m_j`` and the share on its far side
@@ -41,6 +42,7 @@ from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import atomic_write_json
 from selfcaps.methods.poe_geometry import (
     angle_agreement,
+    decoder_axis_alignment,
     pole_purity,
     pose_angles,
     rank_metrics,
@@ -53,6 +55,8 @@ def pose_geometry(run_dir: Path, edges: list[float], data_root: str | None) -> d
     method, dm = load_run_dir(run_dir, data_root, method="poe")
     net, cfg = method.poe, method.cfg
     out: dict[str, Any] = rank_metrics(net) | rank_metrics(method.untrained_network(), "_untrained")
+    axis = decoder_axis_alignment(net)
+    out["decoder_axis_cos"], out["decoder_axis_cos_min"] = float(axis.mean()), float(axis.min())
     cos, length = pose_angles(net, dm.eval_loader("test"), cfg)
     own = cos.gather(1, length.argmax(1, keepdim=True)).flatten()
     q = torch.tensor([0.05, 0.25, 0.5, 0.75, 0.95])

@@ -8,6 +8,7 @@ import torch
 from selfcaps.caps.layers import DenseCaps
 from selfcaps.methods.poe_geometry import (
     angle_agreement,
+    decoder_axis_alignment,
     decoder_maps,
     encoder_maps,
     equalize_encoder_maps,
@@ -172,3 +173,21 @@ def test_equalize_encoder_maps_refuses_dependent_columns():
         layer.weight.view(6, 2, 2)[:, 0] = torch.ones(6, 1)  # capsule 0: two equal columns
     with pytest.raises(ValueError, match="linearly dependent columns"):
         equalize_encoder_maps(layer)
+
+
+def test_decoder_axis_alignment_by_hand():
+    net = _net()
+    with pytest.raises(ValueError, match="mean poses, measured in stage 3"):
+        decoder_axis_alignment(net)
+    m = torch.zeros(20, 16)
+    m[:, 0] = 1.0  # every mean pose along e_0
+    b = torch.randn(20, 1, net.decoder.weight.shape[-1])
+    a = torch.zeros(20, 16, 1)
+    a[:10, 0] = -3.0  # capsules 0-9 decode along -e_0: |cos| 1
+    a[10:, 1] = 2.0  # capsules 10-19 along e_1: |cos| 0
+    with torch.no_grad():
+        net.hemisphere.copy_(m)
+        net.decoder.weight.copy_(a @ b)
+    axis = decoder_axis_alignment(net)
+    assert axis[:10].tolist() == pytest.approx([1.0] * 10, abs=1e-6)
+    assert axis[10:].tolist() == pytest.approx([0.0] * 10, abs=1e-6)

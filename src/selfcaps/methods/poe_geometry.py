@@ -37,6 +37,7 @@ from selfcaps.models.poe import PoECapsNet
 
 __all__ = [
     "angle_agreement",
+    "decoder_axis_alignment",
     "decoder_maps",
     "encoder_maps",
     "equalize_encoder_maps",
@@ -123,6 +124,23 @@ def rank_metrics(net: PoECapsNet, suffix: str = "") -> dict[str, float]:
         out[f"{name}_rank1_share{suffix}"] = float(share.mean())
         out[f"{name}_rank1_share_min{suffix}"] = float(share.min())
     return out
+
+
+def decoder_axis_alignment(net: PoECapsNet) -> Tensor:
+    """``|cos|`` between each capsule's decoding direction and its mean pose ``m_j``.
+
+    The decoding direction is the top left singular vector ``a_j`` of ``U_j`` (16 x 4,608):
+    the pose direction whose votes ``U_j`` makes largest. 1 when the capsule decodes along the
+    line of its mean pose.
+
+    Raises:
+        ValueError: The mean poses were not measured (no stage 3).
+    """
+    if not net.hemisphere_measured:
+        raise ValueError("decoder_axis_alignment needs the mean poses, measured in stage 3")
+    u = torch.linalg.svd(decoder_maps(net.decoder).double(), full_matrices=False)[0]
+    m = F.normalize(net.hemisphere.detach().double(), dim=-1)
+    return (u[:, :, 0] * m).sum(-1).abs().float()
 
 
 @torch.no_grad()
