@@ -480,4 +480,5 @@ def test_pose_geometry_script_reproduces_the_runs_purity_and_ranks(run_dir, tmp_
     assert (
         len(row["pole_majority_near"].split(",")) == 20 and 0 <= row["pole_majorities_differ"] <= 20
     )
+    assert 0.0 <= row["decoder_axis_cos_min"] <= row["decoder_axis_cos"] <= 1.0
     assert (copy / "metrics.json").read_text() == before
