@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
 
 from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.eval.progress import set_progress
 from selfcaps.methods.atomic import atomic_write_json
 from selfcaps.methods.poe_geometry import (
     angle_agreement,
+    angle_bins,
     decoder_axis_alignment,
+    mean_pose_cos,
     pole_purity,
     pose_angles,
     rank_metrics,
@@ -70,8 +71,7 @@ def pose_geometry(run_dir: Path, edges: list[float], data_root: str | None) -> d
         draws, preds = capsule_predictions(net, judge, cfg.samples, method.device, True)
     majority = torch.tensor([class_purity(column)[1] for column in preds.T])  # as the run's
     agrees = preds == majority
-    m = F.normalize(net.hemisphere.float().cpu(), dim=-1)
-    draw_cos = (F.normalize(draws, dim=-1) * m).sum(-1)
+    draw_cos = mean_pose_cos(net, draws)
     e = torch.tensor(edges)
     out["judge_test_top1"] = top1
     out["purity_mean_restricted"] = 100.0 * float(agrees.float().mean())
@@ -79,11 +79,11 @@ def pose_geometry(run_dir: Path, edges: list[float], data_root: str | None) -> d
     out["angle_agreement"] = angle_agreement(draw_cos.flatten(), agrees.flatten(), e)
     near, off = angle_agreement(draw_cos.flatten(), agrees.flatten(), e[:1])
     out["agreement_near_equator"], out["agreement_off_equator"] = near, off
-    bins = torch.bucketize(draw_cos.flatten(), e, right=True)
+    bins = angle_bins(draw_cos.flatten(), e)
     out["angle_draw_share"] = [float((bins == k).float().mean()) for k in range(len(edges) + 1)]
     with torch.no_grad():  # the complete domain: both poles of m_j
         draws, preds = capsule_predictions(net, judge, cfg.samples, method.device, False)
-    out |= pole_purity((F.normalize(draws, dim=-1) * m).sum(-1), preds, edges[0])
+    out |= pole_purity(mean_pose_cos(net, draws), preds, edges[0])
     return out
 
 

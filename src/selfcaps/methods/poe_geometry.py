@@ -32,18 +32,21 @@ from torch.nn import functional as F
 
 from selfcaps.caps.layers import DenseCaps
 from selfcaps.methods.poe_judge import class_purity
-from selfcaps.methods.poe_reconstruction import capped_batches
+from selfcaps.methods.poe_selectivity import loader_poses
 from selfcaps.models.poe import PoECapsNet
 
 __all__ = [
     "angle_agreement",
+    "angle_bins",
     "decoder_axis_alignment",
     "decoder_maps",
     "encoder_maps",
     "equalize_encoder_maps",
+    "mean_pose_cos",
     "pole_purity",
     "pose_angles",
     "rank_metrics",
+    "require_mean_poses",
     "top_singular_share",
 ]
 
@@ -136,14 +139,27 @@ def decoder_axis_alignment(net: PoECapsNet) -> Tensor:
     Raises:
         ValueError: The mean poses were not measured (no stage 3).
     """
-    if not net.hemisphere_measured:
-        raise ValueError("decoder_axis_alignment needs the mean poses, measured in stage 3")
     u = torch.linalg.svd(decoder_maps(net.decoder).double(), full_matrices=False)[0]
-    m = F.normalize(net.hemisphere.detach().double(), dim=-1)
-    return (u[:, :, 0] * m).sum(-1).abs().float()
+    return mean_pose_cos(net, u[:, :, 0]).abs().float()
 
 
-@torch.no_grad()
+def require_mean_poses(net: PoECapsNet) -> None:
+    """Raise ``ValueError`` unless stage 3 measured the capsules' mean poses ``m_j``."""
+    if not net.hemisphere_measured:
+        raise ValueError("this reading needs the capsules' mean poses, measured in stage 3")
+
+
+def mean_pose_cos(net: PoECapsNet, poses: Tensor) -> Tensor:
+    """Cosine of each pose ``(..., num_caps, out_dim)`` to its capsule's mean pose ``m_j``.
+
+    Raises:
+        ValueError: The mean poses were not measured (no stage 3).
+    """
+    require_mean_poses(net)
+    m = F.normalize(net.hemisphere.detach().to(poses), dim=-1)
+    return (F.normalize(poses, dim=-1) * m).sum(-1)
+
+
 def pose_angles(net: PoECapsNet, loader: Any, cfg: Any) -> tuple[Tensor, Tensor]:
     """Cosine of every test pose to its capsule's mean pose ``m_j``, and the pose's length.
 
@@ -158,18 +174,18 @@ def pose_angles(net: PoECapsNet, loader: Any, cfg: Any) -> tuple[Tensor, Tensor]
     Raises:
         ValueError: The mean poses were not measured, or the loader yielded no images.
     """
-    if not net.hemisphere_measured:
-        raise ValueError("pose_angles needs the capsules' mean poses, measured in stage 3")
-    m = F.normalize(net.hemisphere.float(), dim=-1)
-    cos, length = [], []
-    device = net.hemisphere.device
-    for x, _ in capped_batches(loader, cfg):
-        pose, _ = net.encode(x.to(device))
-        cos.append((F.normalize(pose, dim=-1) * m).sum(-1).cpu())
-        length.append(pose.norm(dim=-1).cpu())
-    if not cos:
-        raise ValueError("pose_angles: the loader yielded no images")
-    return torch.cat(cos), torch.cat(length)
+    require_mean_poses(net)  # before encoding the images
+    poses, _ = loader_poses(net, loader, cfg)
+    return mean_pose_cos(net, poses), poses.norm(dim=-1)
+
+
+def angle_bins(cos: Tensor, edges: Tensor) -> Tensor:
+    """Bin of each cosine against increasing ``edges``.
+
+    Bin ``k`` holds ``edges[k-1] <= cos < edges[k]``; bin 0 everything below ``edges[0]``,
+    bin ``len(edges)`` everything from ``edges[-1]``.
+    """
+    return torch.bucketize(cos, edges, right=True)
 
 
 def angle_agreement(cos: Tensor, agrees: Tensor, edges: Tensor) -> list[float | None]:
@@ -189,7 +205,7 @@ def angle_agreement(cos: Tensor, agrees: Tensor, edges: Tensor) -> list[float | 
     """
     if cos.shape != agrees.shape:
         raise ValueError(f"cos {tuple(cos.shape)} and agrees {tuple(agrees.shape)} differ")
-    bins = torch.bucketize(cos, edges, right=True)
+    bins = angle_bins(cos, edges)
     out: list[float | None] = []
     for k in range(len(edges) + 1):
         hit = agrees[bins == k]

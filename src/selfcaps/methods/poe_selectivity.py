@@ -25,7 +25,13 @@ from torch import Tensor
 from selfcaps.methods.poe_reconstruction import capped_batches
 from selfcaps.models.poe import PoECapsNet
 
-__all__ = ["group_counts", "group_purity", "loader_group_counts", "selectivity_metrics"]
+__all__ = [
+    "group_counts",
+    "group_purity",
+    "loader_group_counts",
+    "loader_poses",
+    "selectivity_metrics",
+]
 
 
 def group_counts(lengths: Tensor, labels: Tensor, num_classes: int) -> Tensor:
@@ -91,21 +97,34 @@ def group_purity(counts: Tensor, suffix: str = "") -> dict[str, float | int | st
 
 
 @torch.no_grad()
+def loader_poses(net: PoECapsNet, loader: Any, cfg: Any) -> tuple[Tensor, Tensor]:
+    """Capsule poses and labels of a labelled loader's first ``eval.max_images`` images.
+
+    Returns:
+        Poses ``(N, num_caps, out_dim)`` and labels ``(N,)``, on the CPU.
+
+    Raises:
+        ValueError: The loader yields no images.
+    """
+    device = next(net.parameters()).device
+    poses, labels = [], []
+    for x, y in capped_batches(loader, cfg):
+        caps, _ = net.encode(x.to(device))
+        poses.append(caps.cpu())
+        labels.append(y)
+    if not poses:
+        raise ValueError("poe selectivity: the loader yielded no images")
+    return torch.cat(poses), torch.cat(labels)
+
+
 def loader_group_counts(net: PoECapsNet, loader: Any, cfg: Any, num_classes: int) -> Tensor:
     """:func:`group_counts` of the first ``eval.max_images`` images of a labelled loader.
 
     Raises:
         ValueError: The loader yields no images.
     """
-    device = next(net.parameters()).device
-    lengths, labels = [], []
-    for x, y in capped_batches(loader, cfg):
-        caps, _ = net.encode(x.to(device))
-        lengths.append(caps.norm(dim=-1).cpu())
-        labels.append(y)
-    if not lengths:
-        raise ValueError("poe selectivity: the loader yielded no images")
-    return group_counts(torch.cat(lengths), torch.cat(labels), num_classes)
+    poses, labels = loader_poses(net, loader, cfg)
+    return group_counts(poses.norm(dim=-1), labels, num_classes)
 
 
 def selectivity_metrics(
