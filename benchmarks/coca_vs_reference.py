@@ -22,7 +22,7 @@ of the test images against the training subset, model in ``eval()``.
 The default budget fits a shared 2-core machine: 5,000 training images, 1 epoch (39 steps),
 2,000 test images, 3 seeds; about 45 CPU-seconds per trained arm and seed at one thread
 (the selfcaps step runs about 140 CIFAR-10 pairs per CPU-second). That is far too short to
-rank the arms; the comparison of issue 16 is ``--epochs 5 --test-images 10000`` (about 3
+rank the arms; the comparison on the CoCa page is ``--epochs 5 --test-images 10000`` (about 3
 CPU-minutes per trained arm and seed).
 
     PYTHONPATH=src python benchmarks/coca_vs_reference.py --data-root DATA \\

@@ -1,6 +1,6 @@
 """SparseCaps: what one training step costs at the paper's width, relative to the ``quick`` width.
 
-Issue 18 asks for the paper's width "for as many steps as a few hours allow". This
+To plan runs at the paper's width "for as many steps as a few hours allow", this
 prints the measured seconds per training step (forward, reconstruction loss, routing
 support, mask, boosting update, backward, Adam) of the ``quick`` network and of the
 ``paper`` network (conv1 256 filters, 32 primary types: 4,608 children instead of 576)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# EncapNet feedback-unit ablation on CIFAR-10 at a fixed step budget (issue 19).
+# EncapNet feedback-unit ablation on CIFAR-10 at a fixed step budget.
 #
 # Usage: experiments/encapnet_feedback_ablation.sh OUT_DIR RUN [RUN ...]
 #   RUN is ARM_sSEED (ARM one of the arms below, any seed: off_s0, plangrad_s1, ...); each run
 #   is one `selfcaps run encapnet` of the quick preset with master-only capConvs, one epoch
 #   over a seeded random subset of SUBSET training images (default 25,600: 200 steps of 128
 #   images), logging the gradient probe every 20 steps.
-#   The 60-minute version: SUBSET=null EPOCHS=18 (6,318 steps over all 45,000 images; issue 19
-#   measured 3 master-only epochs, 1,053 steps, in 10 minutes on one otherwise idle core).
+#   The 60-minute version: SUBSET=null EPOCHS=18 (6,318 steps over all 45,000 images; 3
+#   master-only epochs, 1,053 steps, took 10 minutes on one otherwise idle core).
 # Environment: DATA_ROOT (default ./data), EPOCHS (default 1), SUBSET (default 25600),
 #   VARIANT (default master).
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""Tables from the runs of ``experiments/encapnet_feedback_ablation.sh`` (EncapNet, issue 19).
+"""Tables from the runs of ``experiments/encapnet_feedback_ablation.sh`` (EncapNet).
 
 Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
 and test top-1; then one row per arm (runs named ``ARM_sSEED``): test top-1 per seed, mean and

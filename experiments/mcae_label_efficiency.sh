@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# MCAE label efficiency on CIFAR-10 (issue 17): pretrain on all 45,000 training images without
-# labels, then finetune the class capsules on a stratified 10% of the labels (4,500 images),
-# against the same network finetuned from scratch on the same labelled images.
+# MCAE label efficiency on CIFAR-10: pretrain on all 45,000 training images without labels,
+# then finetune the whole network (backbone, encoder, new class capsules) on a stratified 10% of
+# the labels (4,500 images), against the same network finetuned from scratch on the same
+# labelled images.
 #
 # Usage: experiments/mcae_label_efficiency.sh OUT_DIR
 # Environment: DATA_ROOT (default ./data), PRETRAIN_EPOCHS (default 20), FRACTION (default 0.1),
@@ -15,10 +16,10 @@
 # the subset, not of pretraining. With FINETUNE_EPOCHS=N the pretrained weights are finetuned
 # again for N epochs by `selfcaps eval --finetune-epochs N` (keys `..._ftN`) and the scratch runs
 # go to scratch_ftN_s<S>.
-# FINETUNE_EPOCHS=80 at FRACTION=0.1 gives the 4,500 labelled images the finetuning steps that the
-# paper's protocol gives all 45,000 (2,880 vs 2,808): the rung where pretraining shows (+5.1 points,
-# docs/methods/mcae.md); the preset's 8 epochs are 288 steps, too few for either arm to finish.
-# FRACTION=1 is the paper's protocol (every label): the pretrained weights are finetuned again
+# FINETUNE_EPOCHS=80 at FRACTION=0.1 gives the 4,500 labelled images the finetuning steps that
+# FRACTION=1 gives all 45,000 (2,880 vs 2,808): the rung where pretraining holds (+5.1 points,
+# docs/methods/mcae.md); at the preset's 8 epochs (288 steps) and at 20 (720) it was not resolved.
+# FRACTION=1 is the paper's comparison (every label): the pretrained weights are finetuned again
 # with `selfcaps eval --seed S` (another batch order and augmentation, keys `..._seed<S>`), and
 # the scratch runs finetune on all 45,000 labelled images.
 # Report: experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction F]

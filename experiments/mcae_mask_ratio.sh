@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCAE mask-ratio sweep (issue 17): does the share of masked patches change what the encoder's
+# MCAE mask-ratio sweep : does the share of masked patches change what the encoder's
 # capsules learn? For each seed and mask ratio, pretrain the `quick` network on all 45,000
 # CIFAR-10 training images, then fit a linear probe on its frozen encoder capsules with a
 # stratified 10% of the labels (4,500 images, subset = the seed), against the same probe on the

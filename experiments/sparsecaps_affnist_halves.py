@@ -1,6 +1,6 @@
 r"""SparseCaps: does the way protocol (a)'s affNIST halves are drawn move sparse - dense?
 
-Issue 18 asks, for each place where the reference code and selfcaps differ, for the
+For each place where the reference code and selfcaps differ, the question is its
 effect on the dense-vs-sparse gap. How the fit and test images of protocol (a) are
 drawn needs no training: this script reloads finished runs of one ladder rung
 (``<rung>/<variant>_seed<S>`` directories written by ``sparsecaps_ladder.py``),

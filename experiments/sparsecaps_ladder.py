@@ -1,6 +1,6 @@
 r"""SparseCaps scale ladder: sparse vs dense vs pixels under affNIST protocol (a), against steps.
 
-Issue 18's test of the paper's central claim ("sparse generalises better than
+A test of the paper's central claim ("sparse generalises better than
 dense": RBF SVM on the latent capsules, 90.12% vs 60.63% on affNIST under
 protocol (a) after 30,000 steps at batch 128). Every rung trains the ``quick``
 preset on full MNIST for a number of steps, once per seed and variant, one run
