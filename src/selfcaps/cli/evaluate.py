@@ -23,7 +23,7 @@ A method that finetunes its own classifier (MCAE's class capsules) does so for
 
 ``--protocol method`` runs the method's own evaluation, the one ``selfcaps run`` ends
 with (CoCa's kNN with its baselines, SparseCaps' SVMs on MNIST and affNIST-like, ...), on a
-run that ``selfcaps pretrain`` trained, or again on a finished run with today's code; its
+run that ``selfcaps pretrain`` trained, or again on a finished run with the installed code; its
 keys are the ones ``selfcaps run`` writes and replace them in ``metrics.json``.
 """
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -122,6 +123,28 @@ def _exit_code(e: BaseException) -> int | None:
     return None
 
 
+#: Exit code when the reader of stdout went away (128 + SIGPIPE, as other command-line tools).
+STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> int:
+    """Quietly end a command whose stdout reader went away (``selfcaps list | head``).
+
+    Points stdout at ``/dev/null`` so that the interpreter's flush at exit does not report
+    the broken pipe a second time; a stdout without a file descriptor is left as it is.
+
+    Returns:
+        :data:`STDOUT_CLOSED`.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's stream)
+        pass
+    return STDOUT_CLOSED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``selfcaps`` command.
 
@@ -154,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted as e:  # SIGTERM / SIGINT outside training
         print(f"selfcaps: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # not the user's error: the reader stopped reading
+        return _stdout_closed()
     except Exception as e:
         code = _exit_code(e)
         if code is None:

@@ -29,7 +29,8 @@ safe:
   the same as one thread.
 * cores free: ``GOMP_SPINCOUNT=3000``, a bounded spin. On free cores a
   thread that sleeps at every barrier must be woken for every parallel operator (two passive
-  threads were about 1.4x slower per step than two spinning ones); 3,000 spins were as fast
+  threads were 1.2x to 1.9x slower per step than two spinning ones in two measurements,
+  docs/benchmarks.md); 3,000 spins were as fast
   as the default's 300,000 there, and if other work starts later they cost little (about one
   thread's wall time per step on busy cores).
 

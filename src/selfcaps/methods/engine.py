@@ -3,8 +3,9 @@
 Lightning does the loop, DDP, precision, checkpoint/resume, logging and the
 progress bar; this module only wires them to the run directory of DESIGN.md:
 ``checkpoints/last.ckpt`` (every epoch, for resuming), ``checkpoints/best.ckpt``
-(highest online validation kNN top-1), ``metrics.csv`` (:mod:`selfcaps.methods.csv_logs`, rewritten
-atomically), ``tensorboard/`` (append-only event files).
+(the best value of the method's ``monitor_metric``), ``metrics.csv``
+(:mod:`selfcaps.methods.csv_logs`, rewritten atomically), ``tensorboard/`` (append-only event
+files).
 """
 
 from __future__ import annotations
