@@ -18,8 +18,8 @@ et al. 2017 eqs. 1-3), but faster and in a fraction of the memory:
 
 Its correctness is checked against the readable autograd implementation and by
 float64 ``gradcheck`` in ``tests/caps/test_layers.py``
-(``test_fused_equals_readable_routing_values_and_gradients``, ``test_fused_gradcheck``). Double backward
-is not supported.
+(``test_fused_equals_readable_routing_values_and_gradients``, ``test_fused_gradcheck``).
+Double backward is not supported.
 """
 
 from __future__ import annotations
