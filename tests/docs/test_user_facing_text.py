@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from selfcaps.cli.report import doc_files
+
 ROOT = Path(__file__).resolve().parents[2]
 
 ISSUE = re.compile(r"\bissues?\s*#?\s*\d+\b", re.IGNORECASE)
@@ -22,8 +24,7 @@ SESSION = re.compile(r"\bthis session\b", re.IGNORECASE)
 
 
 def _pages() -> list[Path]:
-    notes = sorted((ROOT / "results").rglob("*.md"))
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *notes]
+    return [*doc_files(ROOT), ROOT / "results" / "README.md"]
 
 
 def _code() -> list[Path]:
