@@ -7,7 +7,7 @@ import pytest
 
 from selfcaps.cli import main
 from selfcaps.cli.bench import BenchRow, collect_rows, render_report
-from selfcaps.cli.provenance import git_commit
+from selfcaps.cli.provenance import cpu_name, git_commit
 
 TINY = [
     "data.batch_size=32",
@@ -52,6 +52,7 @@ def test_bench_runs_each_pair_and_writes_the_report(bench_dir):
     # Each run records the code that produced it, and the report shows it per run.
     assert m["git_commit"] == rows[0]["git_commit"] == git_commit()
     assert m["git_commit"] in (out / "report.md").read_text()
+    assert f"CPU ({cpu_name()}, {m['cpu_capability']}," in (out / "report.md").read_text()
 
 
 def test_finished_pairs_are_not_rerun(bench_dir):

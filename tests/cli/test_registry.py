@@ -155,6 +155,13 @@ def test_verdicts_are_computed_by_the_rule_not_typed(tmp_path):
     assert "`selfcaps run coca --seed S`" in table and "2 cores, 1 thread per run" in table
 
 
+def test_a_row_may_name_its_cpu_and_the_table_shows_it(tmp_path):
+    rows = load_registry(_write(tmp_path, [_row(), _row(id="y", cpu="Xeon X (AVX512)")]))
+    first, second = render_table(rows).splitlines()[-2:]
+    assert first.startswith("- `x.claim`") and "2 cores, 1 thread per run" in first
+    assert second.startswith("- `y`") and "2 cores (Xeon X (AVX512)), 1 thread per run" in second
+
+
 def test_report_check_fails_on_an_outdated_page_and_fixes_it(tmp_path, capsys):
     (tmp_path / "results").mkdir()
     _write(tmp_path / "results", [_row()])

@@ -39,6 +39,9 @@ Row fields (YAML mapping; ``kind`` decides which arms it has):
 ``date``            ISO date
 ``cores``           CPU cores of the machine
 ``threads``         torch threads per run
+``cpu``             optional: the CPU's model and instruction set, as a run's ``metrics.json``
+                    records them (``cpu``, ``cpu_capability``); the same command gives other
+                    per-seed numbers on a CPU with other kernels (docs/results.md)
 ``stale``           null, or why the row no longer matches its preset (shown with it)
 ``note``            optional short note shown with the row
 ==================  =====================================================================
@@ -97,7 +100,7 @@ _REQUIRED = (
     "config_hash", "command", "commit", "date", "cores", "threads",
 )  # fmt: skip
 _OPTIONAL = ("comparison", "higher_is_better", "treatment", "control", "arm", "paper", "stale",
-             "note")  # fmt: skip
+             "note", "cpu")  # fmt: skip
 
 
 class RegistryError(ValueError):
@@ -147,6 +150,7 @@ class Row:
     paper: str | None = None
     stale: str | None = None
     note: str | None = None
+    cpu: str | None = None
     #: Arm hashes already resolved, shared by the rows of one :func:`load_registry` (many
     #: rows and tables repeat an arm; resolving a preset is the slow part of a report).
     hash_memo: dict[tuple[str, str, tuple[str, ...]], str] = field(
@@ -315,6 +319,7 @@ def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
         paper=None if raw.get("paper") is None else str(raw["paper"]),
         stale=raw.get("stale"),
         note=raw.get("note"),
+        cpu=None if raw.get("cpu") is None else str(raw["cpu"]),
         hash_memo=memo,
     )
 

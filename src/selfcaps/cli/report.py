@@ -215,7 +215,8 @@ def render_table(rows: Sequence[Row]) -> str:
         paper = f"; paper: {r.paper}" if r.paper else ""
         lines.append(
             f"- `{r.id}`: `{r.command}` (S = seeds {seeds}{per_arm}); preset {presets}; "
-            f"commit `{r.commit}`, {r.date}, {r.cores} cores, {r.threads} thread"
+            f"commit `{r.commit}`, {r.date}, {r.cores} cores{f' ({r.cpu})' if r.cpu else ''}, "
+            f"{r.threads} thread"
             f"{'s' if r.threads != 1 else ''} per run; config `{r.config_hash}`{paper}."
         )
     return "\n".join(lines) + "\n"

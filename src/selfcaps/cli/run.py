@@ -35,7 +35,7 @@ from selfcaps.cli.config import (
     load_yaml,
     parse_overrides,
 )
-from selfcaps.cli.provenance import git_commit
+from selfcaps.cli.provenance import git_commit, machine
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty, resume_argv
 from selfcaps.config_checks import check_config
 from selfcaps.data.layouts import check_files_present
@@ -469,6 +469,7 @@ def _train(
         "device": str(method.device),
         "world_size": int(world),
         "threads": threads,
+        **machine(),
     }
     if stop.signum is not None:  # training stopped by a signal: no evaluation
         if trainer.is_global_zero:
