@@ -145,6 +145,8 @@ def collect(
         "seed": config.get("seed"),
         "git_commit": _run_commit(metrics),
         "torch_version": metrics.get("torch_version"),
+        "cpu": metrics.get("cpu"),  # None for runs made before metrics.json recorded it
+        "cpu_features": metrics.get("cpu_features"),
         "metrics": summary,
         "figures": written,
     }

@@ -64,14 +64,19 @@ def test_collect_writes_figures_and_provenance(tmp_path: Path, monkeypatch) -> N
     assert record["metrics"] == {"knn_top1_backbone": 91.4}
     assert [f["file"] for f in record["figures"]] == ["retrieval.png"]
     assert record["git_commit"] != "1234567"  # the checkout's: the run recorded none
+    assert record["cpu"] is None  # an older run: the machine was not recorded
 
-    (run / "metrics.json").write_text(json.dumps({**metrics, "git_commit": "1234567abcdef+dirty"}))
+    machine = {"cpu": "Some CPU", "cpu_features": "avx2 avx512f"}
+    (run / "metrics.json").write_text(
+        json.dumps({**metrics, **machine, "git_commit": "1234567abcdef+dirty"})
+    )
     record = json.loads(
         (
             docs_figures.collect(run, max_side=720, max_kb=150, command=None) / "figures.json"
         ).read_text()
     )
     assert record["git_commit"] == "1234567+dirty"  # the run's, not the collecting checkout's
+    assert (record["cpu"], record["cpu_features"]) == ("Some CPU", "avx2 avx512f")
 
 
 def test_collect_into_a_named_directory_keeps_the_method_s_figures(tmp_path: Path, monkeypatch):
