@@ -1,9 +1,9 @@
 """What produced a run: the git commit of the selfcaps checkout and the CPU that ran it.
 
 The CPU belongs with the commit: a command repeats its numbers on one machine, but a CPU
-with other vector instructions runs other kernels (oneDNN and ATen pick them per
-instruction set), whose float32 sums round differently, and a training run then follows
-another path (docs/reliability.md).
+with other vector instructions runs other kernels (oneDNN's convolutions and MKL's matrix
+products are chosen per instruction set), whose float32 sums round differently, and a
+training run then follows another path (measured in docs/results.md, "Rerunning a number").
 """
 
 from __future__ import annotations
