@@ -50,6 +50,21 @@ def git_commit(package: Path | None = None) -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def _cpuinfo_value(cpuinfo: Path, field: str) -> str:
+    """The first non-empty value of ``field`` in a ``/proc/cpuinfo`` file, spaces collapsed.
+
+    Returns ``""`` where the file or the field is absent.
+    """
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == field and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return ""
+
+
 def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name: ``/proc/cpuinfo``'s first ``model name`` on Linux.
 
@@ -61,14 +76,8 @@ def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         (macOS, Windows, some ARM kernels), ``platform.processor()``, else
         ``platform.machine()`` (``"x86_64"``), else ``"unknown"``.
     """
-    try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return " ".join(value.split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    name = _cpuinfo_value(cpuinfo, "model name")
+    return name or platform.processor() or platform.machine() or "unknown"
 
 
 #: The CPU flags that decide which float32 and bfloat16 kernels PyTorch, oneDNN and MKL run.
@@ -91,15 +100,8 @@ def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         For example ``"avx2 avx512f avx512_bf16"``, in :data:`VECTOR_FEATURES` order;
         ``""`` where ``/proc/cpuinfo`` has no ``flags`` line (not Linux on x86).
     """
-    try:
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "flags":
-                flags = set(value.split())
-                return " ".join(f for f in VECTOR_FEATURES if f in flags)
-    except OSError:
-        pass
-    return ""
+    flags = set(_cpuinfo_value(cpuinfo, "flags").split())
+    return " ".join(f for f in VECTOR_FEATURES if f in flags)
 
 
 def machine() -> dict[str, str | int | None]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from selfcaps import __version__
-from selfcaps.cli.provenance import cpu_name, git_commit
+from selfcaps.cli.provenance import git_commit, machine
 from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
 from selfcaps.methods.atomic import atomic_write_text
 from selfcaps.records import get_record
@@ -189,9 +189,8 @@ def environment() -> dict[str, str]:
     device = (
         torch.cuda.get_device_name(0)
         if torch.cuda.is_available()
-        else f"CPU ({cpu_name()}, {torch.backends.cpu.get_cpu_capability()}, "
-        f"{os.cpu_count()} cores; each run's threads: trainer.threads in its command, "
-        "else torch's default)"
+        else "CPU ({cpu}, {cpu_capability}, {cpu_count} cores; ".format(**machine())
+        + "each run's threads: trainer.threads in its command, else torch's default)"
     )
     return {
         "selfcaps": __version__,
