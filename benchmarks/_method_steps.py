@@ -30,6 +30,16 @@ from selfcaps.methods.datamodule import SelfcapsDataModule
 
 METHODS = ("coca", "sparsecaps", "mcae", "encapnet", "poe")
 
+#: Small widths of the same structure, per method (``--tiny``): ``model.<key>=<value>``.
+TINY_MODEL: dict[str, dict[str, Any]] = {
+    "coca": {"planes": 4, "num_caps": 4, "caps_dim": 4},
+    "sparsecaps": {"conv_channels": 8, "primary_types": 2, "decoder_widths": [32, 64]},
+    "mcae": dict(dim=16, kernel_size=3, primary_caps=4, caps_dim=4, encoder_caps=4)
+    | {"decoder_caps": 1, "decoder_dim": 4},
+    "encapnet": {"num_caps": 4, "num_type2": 1, "strides": [1, 2, 2, 1]},  # 28 / 4 = 7
+    "poe": {"channels": 16, "num_caps": 4},
+}
+
 
 def quiet_lightning() -> None:
     """Silence Lightning's start-up lines (GPU available, TPU available, ...)."""

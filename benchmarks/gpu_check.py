@@ -43,22 +43,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from _common import gemm_peak_flops
-from _method_steps import METHODS, fit_steps, method_from_config, quiet_lightning
+from _method_steps import METHODS, TINY_MODEL, fit_steps, method_from_config, quiet_lightning
 from selfcaps.cli import main as selfcaps
 from selfcaps.cli.config import load_config, load_yaml
 from selfcaps.methods.io import load_checkpoint
 
 PRECISIONS = {"bf16-mixed": torch.bfloat16, "32-true": torch.float32}
 
-#: Small widths of the same structure, per method (``--tiny``): ``model.<key>=<value>``.
-TINY_MODEL: dict[str, dict[str, Any]] = {
-    "coca": {"planes": 4, "num_caps": 4, "caps_dim": 4},
-    "sparsecaps": {"conv_channels": 8, "primary_types": 2, "decoder_widths": "[32,64]"},
-    "mcae": dict(dim=16, kernel_size=3, primary_caps=4, caps_dim=4, encoder_caps=4)
-    | {"decoder_caps": 1, "decoder_dim": 4},
-    "encapnet": {"num_caps": 4, "num_type2": 1},
-    "poe": {"channels": 16, "num_caps": 4},
-}
 TINY_DATA = [
     "--data",
     "mnist5k",

@@ -4,10 +4,12 @@ This computes exactly what ``dynamic_routing(child_votes(u, W, M), ...)`` does
 (see :func:`selfcaps.caps.routing.dynamic_routing` for the mathematics, Sabour
 et al. 2017 eqs. 1-3), but faster and in a fraction of the memory:
 
-* The batch is processed in chunks whose votes fit in the CPU cache (about
+* On a CPU the batch is processed in chunks whose votes fit in the cache (about
   4 MB each), so the repeated passes of the routing iterations read cached data
   and no batch-sized vote tensor (42 MB for CoCa at batch 128) is ever
-  allocated. Nothing but the inputs is saved for backward: the chunk's votes
+  allocated; on an accelerator the whole batch is one chunk, so the kernels
+  launched per call do not grow with the batch (:mod:`selfcaps.caps.chunking`).
+  Nothing but the inputs is saved for backward: the chunk's votes
   are recomputed there (one GEMM), as in activation checkpointing.
 * The votes are held in two layouts, ``(B*M, N, D)`` and ``(B*M, D, N)``, so
   that every contraction of the routing and of its backward is a row-vector
@@ -32,17 +34,20 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from selfcaps.caps.chunking import CPU_CHUNK_ELEMENTS, batch_chunk
 from selfcaps.caps.functional import SQUASH_EPS, squash, unit_vector
 from selfcaps.caps.routing import Agreement, Normalize
 
 __all__ = ["fused_dense_routing"]
 
-_CHUNK_ELEMENTS = 1 << 20  # votes per chunk: 4 MB in float32
+
+#: Votes per chunk on a CPU: 4 MB in float32.
+_CHUNK_ELEMENTS = CPU_CHUNK_ELEMENTS
 
 
-def _chunk_size(n_children: int, out_caps: int, out_dim: int, batch: int) -> int:
-    per_sample = n_children * out_caps * out_dim
-    return max(1, min(batch, _CHUNK_ELEMENTS // max(per_sample, 1)))
+def _chunk_size(x: Tensor, n_children: int, out_caps: int, out_dim: int) -> int:
+    """Samples per chunk: votes of about 4 MB on a CPU, the whole batch on an accelerator."""
+    return batch_chunk(x.device, n_children * out_caps * out_dim, x.shape[0], _CHUNK_ELEMENTS)
 
 
 def _vjp(fn: Any, x: Tensor, grad: Tensor) -> Tensor:
@@ -195,7 +200,7 @@ class _FusedDenseRouting(torch.autograd.Function):
         B, N, _ = x.shape
         D = weight.shape[-1] // out_caps
         softmax_dim = 1 if normalize == "parents" else 2
-        chunk = _chunk_size(N, out_caps, D, B)
+        chunk = _chunk_size(x, N, out_caps, D)
         v_out = x.new_empty(B, out_caps, D)
         c_out = x.new_empty(B, out_caps, N)
         ws = _Workspace(x)

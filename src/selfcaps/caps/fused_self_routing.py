@@ -18,11 +18,15 @@ first:
 
 so that for each parent ``j`` it is one matrix product ``Y_j W_j`` of the
 ``(B, N * C)`` weighted inputs with the ``(N * C, D)`` matrices of that parent.
-Parents are processed in chunks whose ``Y`` fits in the CPU cache; the backward
-pass recomputes ``Y`` per chunk (as in activation checkpointing) and needs only
-one more chunk-sized product, ``H_j = g_j W_j^\top``, from which the gradients
-of the inputs and of the coupling-weighted activations follow by element-wise
-sums. Only the inputs are saved for backward.
+On a CPU, parents are processed one at a time and the batch in chunks whose ``Y``
+fits in the cache; the backward pass recomputes ``Y`` per chunk (as in activation
+checkpointing) and needs only one more chunk-sized product, ``H_j = g_j W_j^\top``,
+from which the gradients of the inputs and of the coupling-weighted activations
+follow by element-wise sums. On an accelerator (:mod:`selfcaps.caps.chunking`) all
+parents and the whole batch go through one batched product each way (``Y`` of every
+parent at once, ``(M, N*C, B)``), in groups of parents only where that tensor would
+exceed :data:`ACCELERATOR_ELEMENTS`: a few dozen kernels a call instead of a few per
+parent. Only the inputs are saved for backward.
 
 The softmax of eq. 1, the products :math:`c_{ij} a_i` and the normalisations of
 eqs. 2-3 are left to autograd: they act on ``(B, N, M)`` tensors, ``D`` times
@@ -39,11 +43,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.fused_routing import _Workspace
 
-__all__ = ["fused_self_routing", "weighted_vote_sum"]
+__all__ = ["ACCELERATOR_ELEMENTS", "fused_self_routing", "weighted_vote_sum"]
 
-_CHUNK_ELEMENTS = 1 << 19  # elements of Y per chunk: 2 MB in float32
+_CHUNK_ELEMENTS = 1 << 19  # elements of Y per chunk on a CPU: 2 MB in float32
+#: Elements of ``Y`` (all parents' weighted inputs) per group on an accelerator: 1 GiB in float32.
+ACCELERATOR_ELEMENTS = 1 << 28
 
 
 class _Fresh:
@@ -68,6 +75,55 @@ def _batch_chunk(batch: int, per_sample: int) -> int:
     return max(1, min(batch, _CHUNK_ELEMENTS // max(per_sample, 1)))
 
 
+def _whole_batches(u: Tensor) -> bool:
+    """All parents and the whole batch at once (an accelerator), or the CPU's loop."""
+    return not cpu_path(u)
+
+
+def _parent_groups(M: int, per_parent: int) -> list[slice]:
+    """Groups of parents whose ``Y`` holds at most :data:`ACCELERATOR_ELEMENTS` elements."""
+    size = max(1, min(M, ACCELERATOR_ELEMENTS // max(per_parent, 1)))
+    return [slice(j, min(M, j + size)) for j in range(0, M, size)]
+
+
+def _forward_batched(u: Tensor, w: Tensor, ca: Tensor, D: int) -> Tensor:
+    """``out (M, D, B)`` with one product per parent group: ``W_g^T Y_g``."""
+    N, C, B = u.shape
+    M = ca.shape[1]
+    w3 = w.view(N * C, M, D)
+    out = u.new_empty(M, D, B)
+    for g in _parent_groups(M, N * C * B):
+        y = ca[:, g].permute(1, 0, 2).unsqueeze(2) * u  # (m, N, C, B)
+        torch.bmm(w3[:, g].permute(1, 2, 0), y.reshape(-1, N * C, B), out=out[g])
+    return out
+
+
+def _backward_batched(
+    u: Tensor, w: Tensor, ca: Tensor, grad: Tensor, needs: tuple[bool, bool, bool]
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of :func:`_forward_batched` with respect to ``u``, ``w`` and ``ca``."""
+    N, C, B = u.shape
+    M, D = grad.shape[:2]
+    w3 = w.view(N * C, M, D)
+    grad_u = torch.zeros_like(u) if needs[0] else None
+    grad_w = torch.empty_like(w3) if needs[1] else None
+    grad_ca = torch.empty_like(ca) if needs[2] else None
+    for g in _parent_groups(M, N * C * B):
+        c = ca[:, g].permute(1, 0, 2).unsqueeze(2)  # (m, N, 1, B)
+        m = c.shape[0]
+        if grad_w is not None:  # dW_j = Y_j g_j^T
+            y = (c * u).reshape(m, N * C, B)
+            grad_w[:, g] = torch.bmm(y, grad[g].transpose(1, 2)).permute(1, 0, 2)
+        if grad_u is None and grad_ca is None:
+            continue
+        h = torch.bmm(w3[:, g].permute(1, 0, 2), grad[g]).view(m, N, C, B)  # H_j = W_j g_j
+        if grad_u is not None:
+            grad_u += (c * h).sum(0)
+        if grad_ca is not None:
+            grad_ca[:, g] = (h * u).sum(2).permute(1, 0, 2)
+    return grad_u, (grad_w.view(N, C, M * D) if grad_w is not None else None), grad_ca
+
+
 class _WeightedVoteSum(torch.autograd.Function):
     """``P[j, :, b] = sum_i ca[i, j, b] * (W_ij^T u[i, :, b])`` without the votes.
 
@@ -86,6 +142,9 @@ class _WeightedVoteSum(torch.autograd.Function):
         M = ca.shape[1]
         D = weight.shape[-1] // M
         w = weight.view(N * C, M * D)
+        ctx.save_for_backward(u, weight, ca)
+        if _whole_batches(u):
+            return _forward_batched(u, w, ca, D)
         out = u.new_empty(M, D, B)
         ws, bc = _workspace(u), _batch_chunk(B, N * C)
         for b in range(0, B, bc):
@@ -95,7 +154,6 @@ class _WeightedVoteSum(torch.autograd.Function):
                 torch.mul(ca[:, j, b : b + nb].unsqueeze(1), u_b, out=y)
                 w_j = w[:, j * D : (j + 1) * D]  # (N*C, D)
                 out[j, :, b : b + nb] = torch.mm(w_j.t(), y.view(N * C, nb), out=o)
-        ctx.save_for_backward(u, weight, ca)
         return out
 
     @staticmethod
@@ -108,6 +166,8 @@ class _WeightedVoteSum(torch.autograd.Function):
         need_u, need_w, need_ca = ctx.needs_input_grad
         w = weight.view(N * C, M * D)
         grad = grad.contiguous()
+        if _whole_batches(u):
+            return _backward_batched(u, w, ca, grad, (need_u, need_w, need_ca))
         grad_u = torch.zeros_like(u) if need_u else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_w2 = grad_w.view(N * C, M * D) if grad_w is not None else None

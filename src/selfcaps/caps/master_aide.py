@@ -25,6 +25,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.functional import SQUASH_EPS, squash
 
 __all__ = [
@@ -76,6 +77,8 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     if C % num_caps:
         raise ValueError(f"{C} channels do not split into {num_caps} capsule types")
     caps = x.view(B, num_caps, C // num_caps, H, W)
+    if not cpu_path(x):  # branch-free: no host read (squash rescales, so never overflows)
+        return squash(caps, dim=2).view(B, C, H, W)
     n2 = caps.pow(2).sum(dim=2, keepdim=True)
     if not bool(torch.isfinite(n2).all()):
         return squash(caps, dim=2).view(B, C, H, W)

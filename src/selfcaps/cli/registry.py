@@ -90,6 +90,7 @@ HASH_EXCLUDED = (
     "trainer.log_every_n_steps",
     "trainer.checkpoint_every_n_minutes",
     "trainer.checkpoint_every_n_steps",
+    "data.num_workers",  # each item draws from its own seeded generator: same batches
 )
 #: Keys added after rows were measured, left out of the hash at the value that reproduces the
 #: code before them (so that adding them does not make every row stale); any other value counts.

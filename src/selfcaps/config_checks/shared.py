@@ -59,7 +59,12 @@ def check(cfg: Any) -> None:
     check_key(cfg, "data.batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.eval_batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.val_fraction", lambda v: 0 < v < 1, "a fraction in (0, 1)")
-    check_key(cfg, "data.num_workers", lambda v: v >= 0, "a number of workers >= 0")
+    check_key(
+        cfg,
+        "data.num_workers",
+        lambda v: v is None or v >= 0,
+        "null (by the accelerator) or a number of workers >= 0",
+    )
     check_key(cfg, "data.train_subset", _optional_positive, "null or a number of images >= 1")
     check_key(cfg, "data.shuffle_buffer", _optional_positive, "null or a number of slots >= 1")
     check_key(cfg, "trainer.epochs", lambda v: v >= 0, "a number of epochs >= 0 (0: no training)")

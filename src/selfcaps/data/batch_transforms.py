@@ -42,8 +42,11 @@ Brightness, contrast and saturation are one fused blend per position of the
 jitter order (each sample doing at most one of them there, the others left
 exactly unchanged). Hue, the expensive step, runs once per sample: the batch
 is sorted by the position of each sample's hue so that it applies to
-contiguous slices, which costs one host synchronisation (``.tolist()``) per
-view and chunk on CUDA. Batches larger than ``chunk_size`` (256) are
+contiguous slices, which costs one host read (``.tolist()``) per view and chunk:
+that is the CPU path. On an accelerator (:mod:`selfcaps.caps.chunking`) nothing is
+read on the host: hue runs on the whole batch at each of the four positions and is
+kept where it is due (four times the arithmetic, a handful of kernels), and the
+batch is never chunked. On a CPU, batches larger than ``chunk_size`` (256) are
 processed in chunks to bound the temporaries; results do not depend on it.
 
 A sample's parameters depend only on the generator's state and the sample's
@@ -64,6 +67,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchvision.transforms import v2
 
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.data.transforms import SimCLRTransform
 
 __all__ = [
@@ -539,8 +543,13 @@ class BatchSimCLRTransform(SimCLRTransform):
         height: int,
         width: int,
         generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
     ) -> list[SimCLRParams]:
         """Per-sample random parameters of every view (one ``torch.rand`` call).
+
+        The uniform draws come from ``generator`` on its own device (a CPU generator gives
+        the same views on every machine) and move to ``device`` in one copy; every
+        parameter is derived from them there.
 
         A recipe that rotates draws its angles with a second call, after the first, so
         that its other parameters are those of the same recipe without rotation.
@@ -549,8 +558,8 @@ class BatchSimCLRTransform(SimCLRTransform):
             batch_size: Number of images.
             height: Their height.
             width: Their width.
-            generator: Source of randomness (``None``: the global RNG); the
-                parameters are on its device.
+            generator: Source of randomness (``None``: the global RNG).
+            device: Where the parameters are made (default: the generator's device).
 
         Returns:
             One :class:`SimCLRParams` per view.
@@ -562,17 +571,19 @@ class BatchSimCLRTransform(SimCLRTransform):
             (2, torch.Size([4]), torch.Size([4, 4]))
         """
         r = self.recipe
-        dev = generator.device if generator is not None else torch.device("cpu")
+        src = generator.device if generator is not None else torch.device("cpu")
+        dev = torch.device(device) if device is not None else src
         draws = torch.rand(
-            batch_size, len(self.transforms), _DRAWS, generator=generator, device=dev
-        )
+            batch_size, len(self.transforms), _DRAWS, generator=generator, device=src
+        ).to(dev)
         identity = torch.tensor([1.0, 1.0, 1.0, 0.0], device=dev)
         lo = torch.tensor([j[0] if j else 0.0 for j in r.jitter], device=dev)
         hi = torch.tensor([j[1] if j else 0.0 for j in r.jitter], device=dev)
         enabled = torch.tensor([j is not None for j in r.jitter], device=dev)
         angles: list[Tensor | None] = [None] * len(self.transforms)
         if r.degrees > 0:  # drawn after the others: recipes without rotation keep their views
-            a = torch.rand(batch_size, len(self.transforms), generator=generator, device=dev)
+            a = torch.rand(batch_size, len(self.transforms), generator=generator, device=src)
+            a = a.to(dev)
             angles = list(((2.0 * a - 1.0) * r.degrees).unbind(dim=1))
         params = []
         for u, angle in zip(draws.unbind(dim=1), angles, strict=True):
@@ -619,7 +630,7 @@ class BatchSimCLRTransform(SimCLRTransform):
         """
         p = params.to(images.device)
         batch, channels = images.shape[:2]
-        if batch <= self.chunk_size:
+        if batch <= self.chunk_size or not cpu_path(images):  # whole batches on an accelerator
             return self._apply_chunk(images, p)
         out = torch.empty(batch, channels, *self.recipe.size, device=images.device)
         for start in range(0, batch, self.chunk_size):
@@ -630,8 +641,10 @@ class BatchSimCLRTransform(SimCLRTransform):
     def _apply_chunk(self, images: Tensor, p: SimCLRParams) -> Tensor:
         r = self.recipe
         on = tuple(j is not None for j in r.jitter)
-        order, bounds = None, None
-        if on[3]:  # hue on contiguous slices: sort the samples by the position of their hue
+        order, bounds, hue_at = None, None, None
+        if on[3] and not cpu_path(images):  # branch-free: hue where due, at each position
+            hue_at = torch.where(p.jitter, (p.order == 3).to(torch.uint8).argmax(dim=1), 4)
+        elif on[3]:  # hue on contiguous slices: sort the samples by the position of their hue
             hue_at = torch.where(p.jitter, (p.order == 3).to(torch.uint8).argmax(dim=1), 4)
             order = hue_at.argsort(stable=True)
             bounds = [0, *accumulate(torch.bincount(hue_at, minlength=5).tolist())]
@@ -648,6 +661,8 @@ class BatchSimCLRTransform(SimCLRTransform):
             if bounds is not None and bounds[position + 1] > bounds[position]:
                 part = slice(bounds[position], bounds[position + 1])
                 x[part] = adjust_hue(x[part], p.hue[part])
+            elif hue_at is not None:
+                x = torch.where((hue_at == position).view(-1, 1, 1, 1), adjust_hue(x, p.hue), x)
         if x.shape[1] == 3 and r.gray_prob > 0:
             gray, w = _luma(x), _per_sample(p.gray, x)
             x = x.mul_(1.0 - w).addcmul_(gray, w)
@@ -672,4 +687,5 @@ class BatchSimCLRTransform(SimCLRTransform):
         if images.ndim != 4:
             raise ValueError(f"expected (B, C, H, W) or (C, H, W), got shape {tuple(images.shape)}")
         B, _, H, W = images.shape
-        return [self.apply(images, p) for p in self.sample_params(B, H, W, generator)]
+        params = self.sample_params(B, H, W, generator, device=images.device)
+        return [self.apply(images, p) for p in params]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["MarginLoss"]
@@ -47,7 +46,8 @@ class MarginLoss(nn.Module):
                 f"expected lengths (B, K) and targets (B,), got {tuple(lengths.shape)} "
                 f"and {tuple(targets.shape)}"
             )
-        t = F.one_hot(targets, lengths.shape[1]).to(lengths.dtype)
+        # One-hot by scatter: F.one_hot reads the targets' range on the host (a sync).
+        t = torch.zeros_like(lengths).scatter_(1, targets.long().unsqueeze(1), 1.0)
         present = t * torch.clamp(self.m_pos - lengths, min=0).pow(2)
         absent = self.lambda_ * (1 - t) * torch.clamp(lengths - self.m_neg, min=0).pow(2)
         return (present + absent).sum(dim=1).mean()

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from selfcaps.caps.chunking import cpu_path
+
 if TYPE_CHECKING:
     from selfcaps.models.mcae import MaskedReconstruction
 
@@ -63,4 +65,6 @@ def masked_patch_mse(out: MaskedReconstruction, masked_only: bool = True) -> Ten
     err = (out.pred - out.target).pow(2).mean(dim=-1)  # (B, L)
     if not masked_only:
         return err.mean()
+    if not cpu_path(err):  # no boolean indexing (a host read) on an accelerator
+        return (err * out.mask).sum() / out.mask.sum().clamp_min(1)
     return err[out.mask].sum() / out.mask.sum().clamp_min(1)

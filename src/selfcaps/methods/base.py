@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from selfcaps.caps.chunking import sizing
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
 from selfcaps.methods.datamodule import mix_seed
@@ -41,24 +42,46 @@ class NonFiniteError(FloatingPointError):
     """A loss or gradient that is NaN or infinite; the message names the step and quantity."""
 
 
+def _fused(params: list[Any]) -> bool:
+    """Fused optimiser kernels: for parameters on an accelerator, or sized as for one.
+
+    A fused Adam or SGD updates every tensor in a few kernels; the per-tensor loop a CPU
+    uses by default launches about ten ops per tensor and reads the step count on the host
+    once per tensor. On a CPU the loop stays (its arithmetic produced the registry's
+    numbers); :func:`selfcaps.caps.chunking.sized_for` ``("accelerator")`` counts the fused
+    path there.
+    """
+    kind = sizing()
+    if kind != "device":
+        return kind == "accelerator"
+    tensors = [t for g in params for t in (g["params"] if isinstance(g, dict) else [g])]
+    return any(t.device.type != "cpu" for t in tensors)
+
+
 def build_optimizer(
     params: Iterable[nn.Parameter], o: Any, lr: float | None = None
 ) -> torch.optim.Optimizer:
     """The optimiser of an ``optim`` config section (``name``, ``lr``, ``weight_decay``, ...).
 
+    Fused kernels where the parameters live on an accelerator (:func:`_fused`).
+
     Args:
-        params: Parameters to optimise.
+        params: Parameters to optimise (or parameter groups).
         o: The ``optim`` section.
         lr: Learning rate instead of ``o.lr`` (e.g. a second, finetuning phase).
     """
+    params = list(params)
     lr = float(o.lr if lr is None else lr)
     betas = tuple(float(b) for b in (o.get("betas") or (0.9, 0.999)))
+    fused = {"fused": True} if _fused(params) else {}
     if o.name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=o.weight_decay)
+        return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=o.weight_decay, **fused)
     if o.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=o.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=o.weight_decay, **fused)
     if o.name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+        return torch.optim.SGD(
+            params, lr=lr, momentum=o.momentum, weight_decay=o.weight_decay, **fused
+        )
     raise ValueError(f"optim.name: unknown optimiser {o.name!r}; valid: adam, adamw, sgd")
 
 
@@ -213,18 +236,13 @@ class CapsuleMethod(L.LightningModule):
         return cache[fn]
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        """Loss with a non-finite guard: stop with a named error, or skip when configured."""
+        """The loss, logged on the device; its finiteness is read once, after backward.
+
+        No value is read on the host here: :meth:`on_after_backward` checks the loss and
+        every gradient together with one read per step (see :meth:`finite_step`).
+        """
         loss, logs = self.compute_loss(batch)
-        if not torch.isfinite(loss.detach()):
-            msg = f"step {self.global_step} (epoch {self.current_epoch}): loss is {loss.item()}"
-            if not self.cfg.trainer.skip_nonfinite:
-                raise NonFiniteError(
-                    f"{msg}; stopping. The last good checkpoint is kept. "
-                    "Use trainer.skip_nonfinite=true (--skip-nonfinite) to skip such steps."
-                )
-            self.nonfinite_skipped += 1
-            self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
-            return None
+        self._step_loss = loss.detach()
         bs = self._batch_size(batch)
         self.log(
             "train_loss", loss.detach(), on_step=False, on_epoch=True, batch_size=bs, sync_dist=True
@@ -249,27 +267,54 @@ class CapsuleMethod(L.LightningModule):
         return int(x.shape[0])
 
     def on_after_backward(self) -> None:
-        """Check the gradients; a non-finite one stops the run (or the step is skipped)."""
-        bad = [
-            n
-            for n, p in self.named_parameters()
-            if p.grad is not None and not torch.isfinite(p.grad).all()
-        ]
-        if not bad:
-            return
-        msg = (
-            f"step {self.global_step} (epoch {self.current_epoch}): "
-            f"gradient of {bad[0]} is not finite"
-        )
+        """Check the loss and the gradients (one host read); stop or skip the step if not finite."""
+        self.finite_step(getattr(self, "_step_loss", None))
+
+    def finite_step(
+        self, loss: Tensor | None, params: Iterable[nn.Parameter] | None = None
+    ) -> bool:
+        """``True`` if ``loss`` and every gradient are finite; else stop, or skip the step.
+
+        One flag is computed on the device (the max-norm of every gradient, one fused op per
+        dtype on an accelerator, and the loss) and read once: the only host synchronisation
+        of a training step. Only when it is not finite is the cause looked up (the loss, or
+        the first parameter whose gradient is not finite) to name it. With
+        ``trainer.skip_nonfinite`` the gradients are dropped, so the optimiser leaves every
+        parameter as it was, and the step is counted; otherwise :class:`NonFiniteError`.
+
+        Args:
+            loss: The step's loss (``None``: gradients only).
+            params: The parameters checked (default: all of the module's).
+
+        Returns:
+            Whether the step is finite (``False``: skipped).
+        """
+        named = [(n, p) for n, p in self.named_parameters() if p.grad is not None]
+        if params is not None:
+            wanted = {id(p) for p in params}
+            named = [(n, p) for n, p in named if id(p) in wanted]
+        flags = [torch.isfinite(loss).reshape(1)] if loss is not None else []
+        if named:
+            norms = torch._foreach_norm([p.grad for _, p in named], float("inf"))
+            flags.append(torch.isfinite(torch.stack([n.float() for n in norms])).all().reshape(1))
+        if not flags or bool(torch.cat(flags).all()):
+            return True
+        where = f"step {self.global_step} (epoch {self.current_epoch})"
+        if loss is not None and not bool(torch.isfinite(loss)):
+            msg = f"{where}: loss is {loss.item()}"
+        else:
+            bad = [n for n, p in named if not bool(torch.isfinite(p.grad).all())]
+            msg = f"{where}: gradient of {bad[0]} is not finite ({len(bad)} parameters affected)"
         if not self.cfg.trainer.skip_nonfinite:
             raise NonFiniteError(
-                f"{msg} ({len(bad)} parameters affected); stopping. The last good checkpoint "
-                "is kept. Use trainer.skip_nonfinite=true (--skip-nonfinite) to skip such steps."
+                f"{msg}; stopping. The last good checkpoint is kept. "
+                "Use trainer.skip_nonfinite=true (--skip-nonfinite) to skip such steps."
             )
         for p in self.parameters():  # optimisers skip parameters without gradients
             p.grad = None
         self.nonfinite_skipped += 1
         self.log("nonfinite_skipped", float(self.nonfinite_skipped), on_epoch=True)
+        return False
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Apply a batch training transform (e.g. ``BatchSimCLRTransform``) on the batch's device.

@@ -18,6 +18,7 @@ an epoch starts at the next batch of that epoch (:meth:`SelfcapsDataModule.resum
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
@@ -221,6 +222,41 @@ class SeededTransformDataset(TransformDataset):
             return self._item(index)
 
 
+#: Loader workers an accelerator run takes when ``data.num_workers`` is null (at most).
+ACCELERATOR_WORKERS = 8
+
+
+def on_accelerator(cfg: Any) -> bool:
+    """Whether the run's ``trainer.accelerator`` trains on something other than a CPU."""
+    kind = str(cfg.trainer.get("accelerator", "cpu"))
+    if kind == "auto":
+        return torch.cuda.is_available() or (
+            hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+        )
+    return kind != "cpu"
+
+
+def loader_kwargs(cfg: Any) -> dict[str, Any]:
+    """``DataLoader`` worker settings of a run: workers, pinned memory, persistent workers.
+
+    ``data.num_workers`` null: none on a CPU, where workers would take cores from the
+    training itself; on an accelerator, one per core but one, at most
+    :data:`ACCELERATOR_WORKERS`, with pinned memory (asynchronous copies to the device) and
+    workers kept across epochs. Every item is transformed under its own seeded generator
+    (:class:`SeededTransformDataset`), so the batches, and the run, do not depend on it.
+    """
+    workers = cfg.data.get("num_workers")
+    accel = on_accelerator(cfg)
+    if workers is None:
+        workers = min(ACCELERATOR_WORKERS, max(0, (os.cpu_count() or 1) - 1)) if accel else 0
+    workers = int(workers)
+    return {
+        "num_workers": workers,
+        "pin_memory": accel and torch.cuda.is_available(),
+        "persistent_workers": workers > 0,
+    }
+
+
 def seed_cpu_rng(seed: int) -> None:
     """Seed the CPU's global generator only, the one the data transforms draw from.
 
@@ -313,14 +349,8 @@ class SelfcapsDataModule(L.LightningDataModule):
             batch_size=batch_size,
             buffer=self.cfg.data.get("shuffle_buffer") if shuffle else None,
         )
-        workers = self.cfg.data.num_workers
         return DataLoader(
-            ds,
-            batch_size=batch_size,
-            sampler=sampler,
-            num_workers=workers,
-            persistent_workers=False,
-            drop_last=False,
+            ds, batch_size=batch_size, sampler=sampler, drop_last=False, **loader_kwargs(self.cfg)
         )
 
     @property

@@ -62,7 +62,12 @@ from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod, build_optimizer
 from selfcaps.methods.csv_logs import RunCSVLogger
-from selfcaps.methods.datamodule import EpochSampler, SeededTransformDataset, mix_seed
+from selfcaps.methods.datamodule import (
+    EpochSampler,
+    SeededTransformDataset,
+    loader_kwargs,
+    mix_seed,
+)
 from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
@@ -331,9 +336,7 @@ class MCAE(CapsuleMethod):
         )
         batch = int(self.cfg.data.batch_size)
         sampler = EpochSampler(len(ds), seed=seed, shuffle=True, rank=0, world_size=1)
-        return DataLoader(
-            ds, batch_size=batch, sampler=sampler, num_workers=self.cfg.data.num_workers
-        )
+        return DataLoader(ds, batch_size=batch, sampler=sampler, **loader_kwargs(self.cfg))
 
     def finetune_classifier(
         self, dm: Any, labelled: Sequence[int] | None = None

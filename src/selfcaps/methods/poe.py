@@ -254,10 +254,11 @@ class PoE(CapsuleMethod):
     def compute_loss(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
         """This stage's update, left in the parameters' ``.grad``; returns a monitor loss.
 
-        Stage 1: the autoencoder's BCE (backpropagated only if finite; under autocast with
-        ``bf16-mixed``). Stages 2 and 3: ``grad = -update`` (averaged over processes under
-        DDP), always computed in float32, and, as the loss, the batch's free-energy gap
-        (stage 2) or capsule reconstruction MSE (stage 3).
+        Stage 1: the autoencoder's BCE, backpropagated (under autocast with ``bf16-mixed``;
+        :meth:`training_step` checks it and the gradients before the optimiser steps).
+        Stages 2 and 3: ``grad = -update`` (averaged over processes under DDP), always
+        computed in float32, and, as the loss, the batch's free-energy gap (stage 2) or
+        capsule reconstruction MSE (stage 3).
         """
         x = batch[0]
         net, stage, cd = self.poe, self.stage, self.cfg.cd
@@ -265,8 +266,7 @@ class PoE(CapsuleMethod):
             net.ae.train()
             recon = self.compiled(net.ae)(x)
             loss = F.binary_cross_entropy(recon, x)
-            if torch.isfinite(loss):
-                self.manual_backward(loss)
+            self.manual_backward(loss)  # checked with the gradients in training_step
             return loss, {"train_ae_mse": (recon - x).pow(2).mean().detach()}
         net.ae.eval()
         # Stages 2 and 3 in float32 under bf16-mixed too: the CD updates are sums of small
@@ -302,21 +302,21 @@ class PoE(CapsuleMethod):
 
     def _observe_codes(self, code: Tensor) -> None:
         """Fold this batch's codes (of every process) into the mean code (``model.center``)."""
-        total, count = code.sum(0), torch.tensor(float(code.shape[0]), device=code.device)
+        total, count = code.sum(0), torch.tensor(code.shape[0], device=code.device)
         if self.trainer.world_size > 1:
             total = self.trainer.strategy.reduce(total, reduce_op="sum")
             count = self.trainer.strategy.reduce(count, reduce_op="sum")
-        self.poe.observe_codes(total, int(count.item()))
+        self.poe.observe_codes(total, count)  # a device count: nothing read on the host
+
+    def on_after_backward(self) -> None:
+        """Nothing: :meth:`training_step` checks the loss and the update once, before stepping."""
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        """Base guard (finite loss, logging), finite-update check, then this stage's step."""
+        """This stage's loss and update, one finiteness read (stop or skip), then the step."""
         opt = self._optimizer(self.stage)
         opt.zero_grad(set_to_none=True)
         loss = super().training_step(batch, batch_idx)
-        if loss is None:  # non-finite loss, skipped (trainer.skip_nonfinite)
-            opt.zero_grad(set_to_none=True)
-        elif self.stage > 1:  # stage 1's manual_backward already ran the check
-            self.on_after_backward()
+        self.finite_step(loss)  # non-finite: raises, or drops the update (skip_nonfinite)
         opt.step()
         if self.stage == 2 and self.cfg.cd.orthogonal_encoder:
             equalize_encoder_maps(self.poe.encoder)

@@ -79,7 +79,7 @@ from selfcaps.data.dataset import ImageDataset
 from selfcaps.data.shift_grid import ShiftGridDataset
 from selfcaps.losses import MarginLoss, reconstruction_loss, squared_error_per_image
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.datamodule import TransformDataset, mix_seed
+from selfcaps.methods.datamodule import TransformDataset, loader_kwargs, mix_seed
 from selfcaps.methods.evaluation import collect_features
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.sparsecaps_figures import RoutingStatistics, sparsecaps_figures
@@ -318,7 +318,7 @@ class SparseCaps(CapsuleMethod):
             TransformDataset(part, eval_tf),
             batch_size=int(d.eval_batch_size),
             shuffle=False,
-            num_workers=int(d.num_workers),
+            **loader_kwargs(self.cfg),
         )
         fn = functools.partial(self._outputs, recon_error="recon_error" in kinds)
         return collect_features(self, loader, fn, kinds)

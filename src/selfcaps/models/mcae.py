@@ -100,6 +100,7 @@ import torch
 from torch import Tensor, nn
 
 from selfcaps.caps import SelfRouting1d, SelfRoutingDense
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.fused_self_routing import fused_self_routing
 from selfcaps.models._registry import register_model
 
@@ -254,10 +255,42 @@ def _batch_norm_visible(bn: nn.Module, f: Tensor, visible: Tensor) -> Tensor:
     """
     if not bn.training and getattr(bn, "running_mean", None) is not None:
         return bn(f)
+    if not cpu_path(f):
+        return _batch_norm_masked_moments(bn, f, visible)
     rows = f.permute(0, 2, 3, 1)[visible]  # (N visible, C)
     rows = bn(rows[:, :, None, None]).flatten(1)  # statistics (and running ones) over N
     out = f.new_zeros(f.shape[0], f.shape[2], f.shape[3], f.shape[1])
     return out.index_put((visible,), rows).permute(0, 3, 1, 2)
+
+
+def _batch_norm_masked_moments(bn: nn.Module, f: Tensor, visible: Tensor) -> Tensor:
+    """:func:`_batch_norm_visible` without boolean indexing, for an accelerator.
+
+    The visible positions' mean and biased variance as sums weighted by the mask (the
+    same numbers up to float rounding, with no host read of how many positions are
+    visible), normalised, scaled and shifted as ``BatchNorm2d`` does; the running statistics
+    take the unbiased variance and the module's momentum (``None``: the cumulative mean).
+    """
+    w = visible.unsqueeze(1).to(f.dtype)  # (B, 1, h, w)
+    n = w.sum()
+    mean = (f * w).sum(dim=(0, 2, 3)) / n
+    centred = (f - mean.view(1, -1, 1, 1)) * w
+    var = centred.pow(2).sum(dim=(0, 2, 3)) / n
+    out = centred * torch.rsqrt(var + bn.eps).view(1, -1, 1, 1)
+    if bn.affine:
+        out = out * bn.weight.view(1, -1, 1, 1) + bn.bias.view(1, -1, 1, 1) * w
+    if bn.track_running_stats and bn.running_mean is not None:
+        with torch.no_grad():
+            bn.num_batches_tracked.add_(1)
+            m = (
+                1.0 / bn.num_batches_tracked.to(f.dtype)
+                if bn.momentum is None
+                else torch.tensor(bn.momentum, dtype=f.dtype, device=f.device)
+            )
+            unbiased = var.detach() * n / (n - 1).clamp_min(1)
+            bn.running_mean.lerp_(mean.detach().to(bn.running_mean.dtype), m)
+            bn.running_var.lerp_(unbiased.to(bn.running_var.dtype), m)
+    return out
 
 
 def _run_visible(layers: Iterable[nn.Module], f: Tensor, visible: Tensor) -> Tensor:

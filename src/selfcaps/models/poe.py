@@ -293,8 +293,10 @@ class PoECapsNet(nn.Module):
 
     # ------------------------------------------------------------ primary capsules
     @torch.no_grad()
-    def observe_codes(self, code_sum: Tensor, count: int) -> None:
+    def observe_codes(self, code_sum: Tensor, count: int | Tensor) -> None:
         """Fold ``count`` more codes (their sum ``(channels, s, s)``) into :attr:`code_mean`.
+
+        ``count`` may be an integer tensor on the device: nothing is read on the host.
 
         The running mean of every code observed so far, exact in any batch order:
         ``m <- m + (sum - count * m) / (n + count)``.

@@ -222,21 +222,24 @@ class LifetimeBoost(nn.Module):
             freq: ``(L,)`` winner frequencies of the batch (:func:`winner_frequency`).
         """
         freq = freq.to(self.freq_ema)
-        if bool(self.ema_started):
-            self.freq_ema.mul_(self.ema_decay).add_((1.0 - self.ema_decay) * freq)
-        else:
-            self.freq_ema.copy_(freq)
-            self.ema_started.fill_(True)
+        # Branch-free (nothing read on the host): the first batch starts the EMA, and the
+        # boost changes only on every ``every``-th batch.
+        ema = self.freq_ema * self.ema_decay + (1.0 - self.ema_decay) * freq
+        self.freq_ema.copy_(torch.where(self.ema_started, ema, freq))
+        self.ema_started.fill_(True)
         self.batches += 1
-        if int(self.batches) % self.every == 0:
-            self.apply_boost()
+        due = self.batches % self.every == 0
+        self.boost.copy_(torch.where(due, self._boosted(), self.boost))
 
     @torch.no_grad()
     def apply_boost(self) -> None:
         """Algorithm 1: raise the boost of rare winners, lower (not below 1) that of common ones."""
+        self.boost.copy_(self._boosted())
+
+    def _boosted(self) -> Tensor:
         g = torch.where(self.freq_ema < self.min_freq, self.boost + self.step, self.boost)
         lowered = torch.clamp(g - self.step, min=1.0)
-        self.boost.copy_(torch.where(self.freq_ema > self.max_freq, lowered, g))
+        return torch.where(self.freq_ema > self.max_freq, lowered, g)
 
     def extra_repr(self) -> str:
         """The settings."""

@@ -1,0 +1,253 @@
+"""How ready each method's training step is for a GPU, measured on the CPU.
+
+For every method's ``paper`` preset (``--tiny``: the same structure at small widths on
+mnist5k, the CI smoke test), a few training steps run through Lightning exactly as
+``selfcaps run`` trains, with the hot loops sized as on an accelerator
+(``selfcaps.caps.chunking.sized_for("accelerator")``: whole batches, no CPU-cache chunks),
+under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
+
+* **ops per step** by phase: ``augment`` (the batch transform on the device), ``forward``
+  (``training_step``: network, loss, logging), ``backward``, ``optimiser`` (gradient checks,
+  optimiser step, zeroing); ``load`` (data loading on the main process: per-sample CPU
+  transforms and collation, which a GPU run does in loader workers) is shown apart and is not
+  part of ``ops_per_step``. A non-view operator is about one kernel launch on a GPU.
+* **host syncs per step** outside ``load``, with the source lines that cause them;
+* **data ms per batch**: the median time of one training batch from the preset's loader, on
+  the main process (``data.num_workers`` as a GPU run resolves it; per worker when > 0);
+* **training FLOPs per image** (forward and backward matrix products and convolutions,
+  ``torch.utils.flop_counter``, which counts a grouped convolution's weight as
+  ``(out, in/groups, kh, kw)``, i.e. correctly);
+* **graph breaks** of the method's loss (``compute_loss`` on one augmented batch) under
+  ``torch._dynamo.explain`` (``--no-compile-check`` skips it);
+* **projected images/s** on a GPU: ``batch / t`` with
+  ``t = max(ops x launch + syncs x sync, FLOPs per step / peak, data / workers)``, where
+  ``launch`` (default 19 µs a launch) and ``peak`` (default 49 TFLOP/s, float32) are the
+  values a ``paper`` CoCa step measured on an H200 calibrates (docs/benchmarks.md), and
+  ``sync`` (default 20 µs) is the round trip an idle queue costs. It cannot see kernel
+  durations of element-wise ops, memory bandwidth, fusion by ``torch.compile``, the
+  allocator, host-to-device copies or small-matrix efficiency: it is a ceiling set by the
+  launch count and the matrix work, not a prediction of a measurement.
+
+    python benchmarks/gpu_readiness.py --data-root DIR [--methods coca ...] [--json out.json]
+    python benchmarks/gpu_readiness.py --tiny            # CI smoke test, mnist5k, no data root
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.utils.flop_counter import FlopCounterMode
+
+from _method_steps import METHODS, TINY_MODEL, build_method, fit_steps, quiet_lightning
+from selfcaps.caps.chunking import sized_for
+from selfcaps.eval.dispatch import DispatchTally
+
+#: The projection's defaults (docs/benchmarks.md says where they come from).
+LAUNCH_US = 19.0
+SYNC_US = 20.0
+PEAK_TFLOPS = 49.0
+DEVICE_PHASES = ("augment", "forward", "backward", "optimiser")
+
+
+class PhaseCounter(Callback):
+    """Switches the tally's phase at Lightning's hooks; counts after ``warmup`` steps."""
+
+    def __init__(self, tally: DispatchTally, warmup: int) -> None:
+        self.tally, self.warmup, self.steps = tally, warmup, 0
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        original = module.on_after_batch_transfer
+        tally = self.tally
+
+        def transfer(batch: Any, idx: int) -> Any:
+            with tally.phase("augment"):
+                return original(batch, idx)
+
+        module.on_after_batch_transfer = transfer
+        tally.current = "load"
+        tally.__enter__()
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int) -> None:
+        self.tally.current = "forward"
+
+    def on_before_backward(self, trainer: Any, module: Any, loss: Any) -> None:
+        self.tally.current = "backward"
+
+    def on_after_backward(self, trainer: Any, module: Any) -> None:
+        self.tally.current = "optimiser"
+
+    def on_train_batch_end(self, trainer: Any, module: Any, out: Any, batch: Any, i: int) -> None:
+        self.steps += 1
+        if self.steps == self.warmup:
+            self.tally.reset()
+        self.tally.current = "load"
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self.tally.__exit__(None, None, None)
+
+    @property
+    def counted(self) -> int:
+        """Steps counted after the warm-up."""
+        return self.steps - self.warmup
+
+
+def overrides(name: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The preset overrides of this measurement: no validation, tiny widths with ``--tiny``."""
+    out: list[tuple[str, Any]] = [("monitor.knn_every_n_epochs", 0), ("trainer.accelerator", "cpu")]
+    if args.tiny:
+        out += [("data.name", "mnist5k"), ("data.batch_size", 8), ("data.train_subset", 64)]
+        out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
+    elif args.batch_size:
+        out.append(("data.batch_size", args.batch_size))
+    if name == "poe":  # each stage a short epoch; counted in the autoencoder stage
+        out += [("model.stage_epochs", [1, 1, 1]), ("trainer.epochs", 3)]
+    return out
+
+
+def data_ms(dm: Any, batches: int) -> float:
+    """Median ms for one training batch from the loader (main process), after one warm-up."""
+    loader = dm.train_dataloader()
+    it = iter(loader)
+    times = []
+    for _ in range(batches + 1):
+        t0 = time.perf_counter()
+        try:
+            next(it)
+        except StopIteration:
+            break
+        times.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(times[1:] or times)
+
+
+def graph_breaks(method: Any, dm: Any) -> int | None:
+    """Graph breaks of ``compute_loss`` on one augmented training batch (``None``: it failed)."""
+    import torch._dynamo as dynamo
+
+    batch = next(iter(dm.train_dataloader()))
+    tf = getattr(dm, "train_transform", None)
+    if getattr(tf, "is_batch_transform", False):
+        batch = (tf(batch[0], torch.Generator().manual_seed(0)), batch[1])
+    dynamo.reset()
+    try:
+        explained = dynamo.explain(method.compute_loss)(batch)
+    except Exception as e:
+        print(f"  graph breaks: explain failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    finally:
+        dynamo.reset()
+    return int(explained.graph_break_count)
+
+
+def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One method's row (see the module docstring)."""
+    tally = DispatchTally("load")
+    counter = PhaseCounter(tally, args.warmup)
+    method, dm = build_method(name, "paper", overrides(name, args), args.data_root)
+    batch = int(method.cfg.data.batch_size)
+    with sized_for("accelerator"):
+        fit_steps(method, dm, args.warmup + args.steps, callbacks=[counter])
+    steps = max(counter.counted, 1)
+    per_phase = {k: v / steps for k, v in tally.ops_by_phase.items()}
+    ops = sum(per_phase.get(p, 0.0) for p in DEVICE_PHASES)
+    syncs = sum(n for p, n in tally.syncs_by_phase.items() if p != "load") / steps
+    method, dm = build_method(name, "paper", overrides(name, args), args.data_root)
+    with FlopCounterMode(display=False) as fc, sized_for("accelerator"):
+        fit_steps(method, dm, 1)
+    flops = fc.get_total_flops() / batch
+    ms = data_ms(dm, args.data_batches)
+    workers = max(int(dm.cfg.data.num_workers or 0), 1)
+    breaks = None if args.no_compile_check else graph_breaks(method, dm)
+    launch_s = (ops * args.launch_us + syncs * args.sync_us) * 1e-6
+    compute_s = flops * batch / (args.peak_tflops * 1e12)
+    step_s = max(launch_s, compute_s, ms / 1000 / workers)
+    return {
+        "method": name,
+        "batch_size": batch,
+        "ops_per_step": round(ops, 1),
+        "ops_by_phase": {k: round(v, 1) for k, v in sorted(per_phase.items())},
+        "syncs_per_step": round(syncs, 2),
+        "sync_sites": [
+            {"phase": p, "site": s, "per_step": round(n, 2)} for p, s, n in tally.sites(steps)
+        ],
+        "data_ms_per_batch": round(ms, 2),
+        "data_workers": workers,
+        "flops_per_image": flops,
+        "graph_breaks": breaks,
+        "projected_images_per_s": round(batch / step_s, 1),
+        "bound_by": "launches"
+        if step_s == launch_s
+        else ("compute" if step_s == compute_s else "data"),
+    }
+
+
+def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The rows as one plain-text table, then the sync sites."""
+    head = (
+        f"{'method':<11}{'batch':>6}{'ops/step':>10}{'augment':>9}{'forward':>9}{'backward':>9}"
+        f"{'optim':>7}{'load':>8}{'syncs':>7}{'data ms':>9}{'GFLOP/img':>10}{'breaks':>7}"
+        f"{'proj img/s':>12}  bound"
+    )
+    lines = [head]
+    for r in rows:
+        p = r["ops_by_phase"]
+        breaks = "-" if r["graph_breaks"] is None else str(r["graph_breaks"])
+        lines.append(
+            f"{r['method']:<11}{r['batch_size']:>6}{r['ops_per_step']:>10,.0f}"
+            f"{p.get('augment', 0):>9,.0f}{p.get('forward', 0):>9,.0f}{p.get('backward', 0):>9,.0f}"
+            f"{p.get('optimiser', 0):>7,.0f}{p.get('load', 0):>8,.0f}{r['syncs_per_step']:>7.2f}"
+            f"{r['data_ms_per_batch']:>9.2f}{r['flops_per_image'] / 1e9:>10.3f}{breaks:>7}"
+            f"{r['projected_images_per_s']:>12,.0f}  {r['bound_by']}"
+        )
+    lines.append(
+        f"(projection: launch {args.launch_us:g} us, sync {args.sync_us:g} us, peak "
+        f"{args.peak_tflops:g} TFLOP/s; ops and syncs exclude the load phase)"
+    )
+    for r in rows:
+        for s in r["sync_sites"]:
+            lines.append(f"  {r['method']}: {s['per_step']:g}/step in {s['phase']}: {s['site']}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``None``: ``sys.argv``)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--tiny", action="store_true", help="small widths, mnist5k, batch 8")
+    p.add_argument("--data-root", help="dataset root of the paper presets' data")
+    p.add_argument("--batch-size", type=int, help="instead of the preset's batch size")
+    p.add_argument("--steps", type=int, default=2, help="counted steps (after the warm-up)")
+    p.add_argument("--warmup", type=int, default=1, help="steps before counting")
+    p.add_argument("--data-batches", type=int, default=5, help="batches timed for data ms")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads")
+    p.add_argument("--launch-us", type=float, default=LAUNCH_US)
+    p.add_argument("--sync-us", type=float, default=SYNC_US)
+    p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
+    p.add_argument("--no-compile-check", action="store_true", help="skip the graph-break count")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    quiet_lightning()
+    rows = []
+    for name in args.methods:
+        rows.append(measure(name, args))
+        print(f"{name}: {rows[-1]['ops_per_step']:,.0f} ops/step", file=sys.stderr, flush=True)
+    print(table(rows, args))
+    if args.json:
+        args.json.write_text(json.dumps({r["method"]: r for r in rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
