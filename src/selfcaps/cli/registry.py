@@ -66,6 +66,7 @@ from selfcaps.eval.paired import PairedResult, paired_comparison
 __all__ = [
     "DEFAULT_REGISTRY",
     "HASH_EXCLUDED",
+    "HASH_FIXED",
     "HASH_OMITTED_AT",
     "Arm",
     "RegistryError",
@@ -90,11 +91,14 @@ HASH_EXCLUDED = (
     "trainer.log_every_n_steps",
     "trainer.checkpoint_every_n_minutes",
     "trainer.checkpoint_every_n_steps",
-    "data.num_workers",  # each item draws from its own seeded generator: same batches
 )
 #: Keys added after rows were measured, left out of the hash at the value that reproduces the
 #: code before them (so that adding them does not make every row stale); any other value counts.
 HASH_OMITTED_AT = {"trainer.routing_precision": "float32", "cd.orthogonal_encoder": False}
+#: Keys hashed at one value whatever they are set to: they change neither the arithmetic nor
+#: the random draws, and rows were measured with this value. Loader workers: every item is
+#: transformed under its own seeded generator, so any number of workers gives the same batches.
+HASH_FIXED = {"data.num_workers": 0}
 
 _REQUIRED = (
     "id", "kind", "tables", "method", "what", "rung", "budget", "dataset", "metric", "seeds",
@@ -174,7 +178,8 @@ class Row:
 def config_hash(cfg: Any) -> str:
     """Short SHA-256 of a resolved configuration, without :data:`HASH_EXCLUDED`.
 
-    A key of :data:`HASH_OMITTED_AT` is left out at its value there, hashed at any other.
+    A key of :data:`HASH_OMITTED_AT` is left out at its value there, hashed at any other; a
+    key of :data:`HASH_FIXED` is hashed at its value there, whatever it is set to.
 
     Args:
         cfg: A configuration (``DictConfig`` or nested dict).
@@ -190,6 +195,9 @@ def config_hash(cfg: Any) -> str:
         True
         >>> config_hash(low) == config_hash(none)
         False
+        >>> auto, zero = {"data": {"num_workers": None}}, {"data": {"num_workers": 0}}
+        >>> config_hash(auto) == config_hash(zero)
+        True
     """
     data = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
     data = json.loads(json.dumps(data))  # a deep copy with plain types
@@ -202,6 +210,13 @@ def config_hash(cfg: Any) -> str:
             key not in HASH_OMITTED_AT or node.get(leaf) == HASH_OMITTED_AT[key]
         ):
             node.pop(leaf, None)
+    for key, value in HASH_FIXED.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = value
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
