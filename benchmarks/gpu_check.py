@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from _common import gemm_peak_flops
 from _method_steps import METHODS, TINY_MODEL, fit_steps, method_from_config, quiet_lightning
 from selfcaps.cli import main as selfcaps
 from selfcaps.cli.config import load_config, load_yaml
+from selfcaps.eval.profile import flop_counter
 from selfcaps.methods.io import load_checkpoint
 
 PRECISIONS = {"bf16-mixed": torch.bfloat16, "32-true": torch.float32}
@@ -118,7 +118,7 @@ def step_flops(run: Path, precision: str, accelerator: str) -> float:
     """Matmul/conv FLOPs of one training step of the run's configuration, per image."""
     cfg = load_yaml(run / "config.yaml")
     method, dm = method_from_config(cfg)
-    with FlopCounterMode(display=False) as fc:
+    with flop_counter() as fc:
         fit_steps(method, dm, 1, precision, accelerator=accelerator)
     return fc.get_total_flops() / int(cfg["data"]["batch_size"])
 

@@ -15,8 +15,9 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
 * **data ms per batch**: the median time of one training batch from the preset's loader, on
   the main process (``data.num_workers`` as a GPU run resolves it; per worker when > 0);
 * **training FLOPs per image** (forward and backward matrix products and convolutions,
-  ``torch.utils.flop_counter``, which counts a grouped convolution's weight as
-  ``(out, in/groups, kh, kw)``, i.e. correctly);
+  :func:`selfcaps.eval.profile.flop_counter`: ``torch.utils.flop_counter`` with the backward
+  of grouped convolutions counted per group, which torch's own formula counts ``groups``
+  times too high for the input gradient);
 * **graph breaks** of the method's loss (``compute_loss`` on one augmented batch) under
   ``torch._dynamo.explain`` (``--no-compile-check`` skips it);
 * **projected images/s** on a GPU: ``batch / t`` with
@@ -44,11 +45,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
-from torch.utils.flop_counter import FlopCounterMode
 
 from _method_steps import METHODS, TINY_MODEL, build_method, fit_steps, quiet_lightning
 from selfcaps.caps.chunking import sized_for
 from selfcaps.eval.dispatch import DispatchTally
+from selfcaps.eval.profile import flop_counter
 
 #: The projection's defaults (docs/benchmarks.md says where they come from).
 LAUNCH_US = 19.0
@@ -103,7 +104,9 @@ def overrides(name: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
     """The preset overrides of this measurement: no validation, tiny widths with ``--tiny``."""
     out: list[tuple[str, Any]] = [("monitor.knn_every_n_epochs", 0), ("trainer.accelerator", "cpu")]
     if args.tiny:
-        out += [("data.name", "mnist5k"), ("data.batch_size", 8), ("data.train_subset", 64)]
+        batch = args.batch_size or 8
+        out += [("data.name", "mnist5k"), ("data.batch_size", batch)]
+        out += [("data.train_subset", batch * (args.warmup + args.steps + 2))]
         out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
     elif args.batch_size:
         out.append(("data.batch_size", args.batch_size))
@@ -152,23 +155,20 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     counter = PhaseCounter(tally, args.warmup)
     method, dm = build_method(name, "paper", overrides(name, args), args.data_root)
     batch = int(method.cfg.data.batch_size)
-    with sized_for("accelerator"):
+    with sized_for(args.sizing):
         fit_steps(method, dm, args.warmup + args.steps, callbacks=[counter])
     steps = max(counter.counted, 1)
     per_phase = {k: v / steps for k, v in tally.ops_by_phase.items()}
     ops = sum(per_phase.get(p, 0.0) for p in DEVICE_PHASES)
     syncs = sum(n for p, n in tally.syncs_by_phase.items() if p != "load") / steps
     method, dm = build_method(name, "paper", overrides(name, args), args.data_root)
-    with FlopCounterMode(display=False) as fc, sized_for("accelerator"):
+    with flop_counter() as fc, sized_for("accelerator"):
         fit_steps(method, dm, 1)
     flops = fc.get_total_flops() / batch
     ms = data_ms(dm, args.data_batches)
     workers = max(int(dm.cfg.data.num_workers or 0), 1)
     breaks = None if args.no_compile_check else graph_breaks(method, dm)
-    launch_s = (ops * args.launch_us + syncs * args.sync_us) * 1e-6
-    compute_s = flops * batch / (args.peak_tflops * 1e12)
-    step_s = max(launch_s, compute_s, ms / 1000 / workers)
-    return {
+    row = {
         "method": name,
         "batch_size": batch,
         "ops_per_step": round(ops, 1),
@@ -181,11 +181,22 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "data_workers": workers,
         "flops_per_image": flops,
         "graph_breaks": breaks,
-        "projected_images_per_s": round(batch / step_s, 1),
-        "bound_by": "launches"
-        if step_s == launch_s
-        else ("compute" if step_s == compute_s else "data"),
     }
+    images_s, bound = projection(row, args)
+    return row | {"projected_images_per_s": round(images_s, 1), "bound_by": bound}
+
+
+def projection(row: dict[str, Any], args: argparse.Namespace) -> tuple[float, str]:
+    """Projected images/s on a GPU and what bounds it (module docstring): the slowest of
+    launches (ops x launch + syncs x sync), matrix work at the peak, and data per worker."""
+    times = {
+        "launches": (row["ops_per_step"] * args.launch_us + row["syncs_per_step"] * args.sync_us)
+        * 1e-6,
+        "compute": row["flops_per_image"] * row["batch_size"] / (args.peak_tflops * 1e12),
+        "data": row["data_ms_per_batch"] / 1000 / max(row.get("data_workers", 1), 1),
+    }
+    bound = max(times, key=times.__getitem__)
+    return row["batch_size"] / times[bound], bound
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -221,6 +232,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--tiny", action="store_true", help="small widths, mnist5k, batch 8")
+    p.add_argument(
+        "--sizing",
+        default="accelerator",
+        choices=["accelerator", "cpu"],
+        help="hot loops sized as on a GPU (default) or as on this CPU",
+    )
     p.add_argument("--data-root", help="dataset root of the paper presets' data")
     p.add_argument("--batch-size", type=int, help="instead of the preset's batch size")
     p.add_argument("--steps", type=int, default=2, help="counted steps (after the warm-up)")

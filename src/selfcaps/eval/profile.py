@@ -12,6 +12,12 @@ part of the work. So that the omission is visible rather than silent,
 without a formula (a rough scale of that work, not FLOPs), and
 :func:`format_profile` says so in its output.
 
+**Grouped convolutions.** ``torch.utils.flop_counter`` counts a grouped convolution's
+forward correctly (its weight is ``(out, in/groups, k, k)``) but the input gradient of its
+backward as if the convolution were dense: ``groups`` times too many (a depthwise layer of 256
+channels, 256 times). :func:`flop_counter` replaces that formula: each gradient of a
+convolution costs what its forward costs, grouped or not.
+
 Counts are per forward pass at the given input shape; FLOPs per image are the
 total divided by the batch size, so batch 1 and batch ``N`` agree whenever the
 network treats samples independently.
@@ -27,17 +33,65 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 from selfcaps.eval._modes import eval_mode, modules_of
 
-__all__ = ["FLOP_POLICY", "count_flops", "count_parameters", "format_profile", "profile_model"]
+__all__ = [
+    "FLOP_POLICY",
+    "count_flops",
+    "count_parameters",
+    "flop_counter",
+    "format_profile",
+    "profile_model",
+]
 
 FLOP_POLICY = (
     "FLOPs count matmul/linear/conv/bmm/einsum/attention ops only (2 per multiply-add, "
     "torch.utils.flop_counter); element-wise ops and reductions such as squash, softmax, "
     "norms and activations are NOT counted."
 )
+
+
+def _conv_backward_flop(
+    grad_out_shape: Sequence[int],
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    _bias: Any,
+    _stride: Any,
+    _padding: Any,
+    _dilation: Any,
+    transposed: bool,
+    _output_padding: Any,
+    _groups: int,
+    output_mask: Sequence[bool],
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
+    """FLOPs of a convolution's backward: each gradient asked for costs one forward.
+
+    The input gradient is a (transposed) convolution of the output gradient with the same
+    grouped weight, the weight gradient a convolution of the input with the output
+    gradient restricted to each group: both take the forward's multiply-adds.
+    """
+    forward = conv_flop_count(list(x_shape), list(w_shape), list(grad_out_shape), transposed)
+    return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
+
+
+def flop_counter() -> FlopCounterMode:
+    """A ``FlopCounterMode`` (no display) whose convolution backward counts groups correctly.
+
+    Examples:
+        >>> conv = nn.Conv2d(8, 8, 3, groups=8, padding=1, bias=False)  # depthwise
+        >>> x = torch.randn(1, 8, 4, 4, requires_grad=True)
+        >>> with flop_counter() as fc:
+        ...     conv(x).sum().backward()
+        >>> fc.get_total_flops() == 3 * 2 * 8 * 9 * 16  # forward, input and weight gradients
+        True
+    """
+    return FlopCounterMode(
+        display=False, custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flop}
+    )
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
@@ -106,7 +160,7 @@ def _measure(
 ) -> tuple[FlopCounterMode, Counter[str]]:
     """Run ``fn`` once without gradients, its modules in eval mode, under both counters."""
     args = (example_input,) if isinstance(example_input, Tensor) else tuple(example_input)
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     # The tally is entered first (outer), so it sees the ops that actually run after
     # the FLOP counter has decomposed what it could into ops it counts.
     uncounted = _UncountedOps(counter.flop_registry)

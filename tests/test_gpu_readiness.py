@@ -1,0 +1,89 @@
+"""``benchmarks/gpu_readiness.py`` on tiny copies of every method's ``paper`` preset.
+
+What it measures is what these tests hold the training step to: at most one host sync per
+step for every method (the finiteness read), and ops per step that do not grow with the
+batch size when the hot loops are sized for an accelerator.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+METHODS = ["coca", "sparsecaps", "mcae", "encapnet", "poe"]
+
+
+@pytest.fixture(scope="module")
+def readiness():
+    sys.path.insert(0, str(BENCHMARKS))
+    before = torch.get_num_threads()
+    import gpu_readiness
+
+    yield gpu_readiness
+    torch.set_num_threads(before)
+    sys.path.remove(str(BENCHMARKS))
+    sys.modules.pop("gpu_readiness", None)
+
+
+@pytest.fixture(scope="module")
+def rows(readiness, tmp_path_factory):
+    """Batch 8 and batch 16, every method, no compile check (tested below on one method)."""
+    out = {}
+    for batch in (8, 16):
+        path = tmp_path_factory.mktemp("ready") / f"b{batch}.json"
+        argv = ["--tiny", "--no-compile-check", "--batch-size", str(batch), "--json", str(path)]
+        assert readiness.main(argv) == 0
+        out[batch] = json.loads(path.read_text())
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_at_most_one_host_sync_per_step(rows, method):
+    r = rows[8][method]
+    assert r["syncs_per_step"] <= 1, r["sync_sites"]
+    assert {"ops_per_step", "data_ms_per_batch", "flops_per_image", "graph_breaks"} <= set(r)
+    assert r["flops_per_image"] > 0 and r["projected_images_per_s"] > 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ops_per_step_do_not_grow_with_the_batch(rows, method):
+    small, large = rows[8][method]["ops_per_step"], rows[16][method]["ops_per_step"]
+    assert large <= small, (small, large)
+
+
+def test_grouped_convolution_flops_are_counted_per_group():
+    """FLOPs as the readiness table counts them (``flop_counter``) for a grouped
+    convolution: 2 x B x C_out x (C_in / groups) x k^2 x H_out x W_out, by hand; its
+    backward counts the input and the weight gradients, each the same again (torch's own
+    formula counts the input gradient ``groups`` times too high)."""
+    from selfcaps.eval.profile import flop_counter
+
+    conv = torch.nn.Conv2d(8, 16, 3, groups=4, padding=1)
+    x = torch.randn(2, 8, 5, 5, requires_grad=True)
+    forward = 2 * 2 * 16 * (8 // 4) * 3 * 3 * 5 * 5
+    with flop_counter() as fc:
+        conv(x).sum().backward()
+    assert fc.get_total_flops() == 3 * forward
+
+
+def test_table_and_projection_arithmetic(readiness):
+    args = readiness.parse_args(["--launch-us", "10", "--sync-us", "100", "--peak-tflops", "1"])
+    row = {
+        "method": "x",
+        "batch_size": 4,
+        "ops_per_step": 100.0,
+        "syncs_per_step": 1.0,
+        "ops_by_phase": {"forward": 100.0},
+        "sync_sites": [],
+        "data_ms_per_batch": 0.5,
+        "flops_per_image": 1e6,
+        "graph_breaks": 0,
+        "projected_images_per_s": 0.0,
+        "bound_by": "launches",
+    }
+    # 100 ops x 10 us + 1 sync x 100 us = 1.1 ms; compute 4e6 / 1e12 s; data 0.5 ms
+    assert readiness.projection(row, args) == (pytest.approx(4 / 1.1e-3), "launches")
+    assert "x" in readiness.table([row], args)
