@@ -19,7 +19,15 @@ from selfcaps.cli.registry import (
     config_hash,
     load_registry,
 )
-from selfcaps.cli.report import doc_files, render_table, update_text
+from selfcaps.cli.report import (
+    BLOCK,
+    chance_summary,
+    doc_files,
+    render_rule_table,
+    render_table,
+    rule_rows,
+    update_text,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,14 +160,17 @@ def test_verdicts_are_computed_by_the_rule_not_typed(tmp_path):
     first, second = table.splitlines()[2:4]
     assert "+2.33 [" in first and "**holds**" in first
     assert "not resolved (too few seeds)" in second and "**" not in second.split("|")[9]
-    assert "`selfcaps run coca --seed S`" in table and "2 cores, 1 thread per run" in table
+    assert "<code>selfcaps run coca --seed S</code>" in table
+    assert "2 cores, 1 thread per run" in table
+    assert table.count("<details>") == 1  # the provenance folds into one block per table
 
 
 def test_a_row_may_name_its_cpu_and_the_table_shows_it(tmp_path):
     rows = load_registry(_write(tmp_path, [_row(), _row(id="y", cpu="Xeon X (AVX512)")]))
-    first, second = render_table(rows).splitlines()[-2:]
-    assert first.startswith("- `x.claim`") and "2 cores, 1 thread per run" in first
-    assert second.startswith("- `y`") and "2 cores (Xeon X (AVX512)), 1 thread per run" in second
+    first, second = render_table(rows).splitlines()[-4:-2]
+    assert first.startswith("<li><code>x.claim</code>") and "2 cores, 1 thread per run" in first
+    assert second.startswith("<li><code>y</code>")
+    assert "2 cores (Xeon X (AVX512)), 1 thread per run" in second
 
 
 def test_report_check_fails_on_an_outdated_page_and_fixes_it(tmp_path, capsys):
@@ -272,3 +283,167 @@ def test_the_orthogonal_encoder_switch_is_hashed_only_when_on():
     on = ["trainer.threads=1", "cd.orthogonal_encoder=true"]
     assert before != arm_config_hash("poe", "center_parents_sparse", on)
     assert before == "1677695bd808"  # the recommended preset's rows, measured before the switch
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"units": 0}, r"units: expected an integer in 1\.\.3"),
+        ({"units": 4}, r"units: expected an integer in 1\.\.3"),
+        ({"units": True}, r"units: expected an integer"),
+        ({"equivalence_margin": 0}, "equivalence_margin: expected a positive number"),
+        ({"equivalence_margin": "1"}, "equivalence_margin: expected a positive number"),
+        ({"no_difference": "yes"}, "no_difference: expected true or false"),
+        ({"faithful": ""}, "faithful: expected a non-empty text"),
+        ({"departure": "ours"}, "needs budget_images"),
+        ({"paper_dataset": True, "budget_images": 0}, "budget_images: expected a positive"),
+    ],
+)
+def test_bad_verdict_and_claims_table_fields_are_refused(tmp_path, change, match):
+    with pytest.raises(RegistryError, match=match):
+        load_registry(_write(tmp_path, [_row(**change)]))
+
+
+def test_units_and_equivalence_margins_reach_the_tables(tmp_path):
+    # d = 2.0, 2.5, 2.5 in every row; the rows differ only in what they claim
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _row(id="one-unit", units=1),
+                _row(id="no-margin", no_difference=True),
+                # d = -0.1, +0.1, -0.1: interval [-0.32, +0.25], inside +-1 (hand: paired tests)
+                _row(id="equal", equivalence_margin=1,
+                     treatment={"label": "a", "preset": "quick", "values": [40.0, 41.0, 42.0]},
+                     control={"label": "b", "preset": "quick", "values": [40.1, 40.9, 42.1]}),
+            ],
+        )
+    )  # fmt: skip
+    lines = render_table(rows).splitlines()[2:5]
+    assert "| +2.33 | not resolved (too few independent units) | – | 3 (1 unit) |" in lines[0]
+    assert "not resolved (no equivalence margin)" in lines[1]
+    assert "| -0.03 [-0.32, +0.25] | **equivalent within ±1** |" in lines[2]
+    out = update_text("<!-- value:equal:result -->?<!-- /value -->", rows)
+    assert "-->-0.03 [-0.32, +0.25], equivalent within ±1<!--" in out
+
+
+def test_the_holm_column_adjusts_within_each_method(tmp_path):
+    # d = 2.0, 2.5, 2.5: mean 7/3, se 1/6, t = 14 on 2 df, p = 1 - 14/sqrt(198) = 0.00504.
+    # Two such rows: Holm's smallest adjusted p is 2 x 0.00504 = 0.0101, the verdict stands;
+    # ten: 10 x 0.00504 = 0.0504 >= 0.05, and none stands.
+    def table(n: int, method: str = "coca") -> list[str]:
+        rows = [_row(id=f"r{i}", method=method) for i in range(n)]
+        loaded = load_registry(_write(tmp_path, rows))
+        return render_table(loaded[:1], loaded).splitlines()[2].split(" | ")
+
+    assert table(2)[8:10] == ["**holds**", "**holds**"]
+    assert table(10)[8:10] == ["**holds**", "not resolved (Holm)"]
+
+
+def _roles(id: str, method: str = "coca", date: str = "2026-11-26", **fields):
+    return _row(id=id, method=method, date=date, **fields)
+
+
+def test_the_claims_table_rule_picks_by_budget_units_and_date_not_by_verdict(tmp_path):
+    reversed_values = {"label": "a", "preset": "quick", "values": [1.0, 1.5, 1.0]}
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _roles("f.small", faithful="one reading", budget_images=100),
+                _roles("f.big", faithful="one reading", budget_images=200,
+                       treatment=reversed_values,
+                       control={"label": "b", "preset": "quick", "values": [3.0, 4.0, 3.5]}),
+                _roles("f.other", faithful="another reading", budget_images=50),
+                _roles("d.one-unit", paper_dataset=True, budget_images=300, units=1),
+                _roles("d.three", paper_dataset=True, budget_images=300),
+                _roles("d.old", paper_dataset=True, budget_images=300, date="2026-11-01"),
+                _roles("dep.big", departure="our recipe", budget_images=400),
+                _roles("dep.small", departure="our recipe", budget_images=40),
+                _roles("plain"),
+                _roles("m2.dep", method="mcae", departure="zero-masking", budget_images=5),
+            ],
+        )
+    )  # fmt: skip
+    (coca, shown, missing), (mcae, shown2, missing2) = rule_rows(rows)
+    assert coca == "coca" and not missing
+    assert [(r.id, labels) for r, labels in shown] == [
+        ("f.big", ["(a) the paper's settings and reading: one reading"]),  # reversed: still shown
+        ("f.other", ["(a) the paper's settings and reading: another reading"]),
+        ("d.three", ["(b) the paper's dataset, largest budget"]),
+        ("dep.big", ["(c) our departure, largest budget", "departs from the paper in: our recipe"]),
+    ]
+    assert mcae == "mcae" and [r.id for r, _ in shown2] == ["m2.dep"]
+    assert missing2 == [
+        "runs the paper's own settings and reading",
+        "is on the paper's own dataset",
+    ]
+    table = render_rule_table(rows)
+    assert "| **reversed** |" in table and "`f.big` |" in table
+    assert "- mcae: no paired row is on the paper's own dataset." in table
+    assert table.count("<details>") == 1 and "f.small" not in table
+
+
+def test_the_chance_count_by_hand(tmp_path):
+    rows = load_registry(
+        _write(
+            tmp_path,
+            [
+                _row(id="holds"),  # p = 0.00504: a signed verdict that survives Holm (m = 2)
+                _row(id="open", treatment={"label": "a", "preset": "quick",
+                                           "values": [1.0, 3.0, 2.0]},
+                     control={"label": "b", "preset": "quick", "values": [2.0, 2.0, 2.1]}),
+                _row(id="two", seeds=[0, 1],
+                     treatment={"label": "a", "preset": "quick", "values": [3.0, 4.0]},
+                     control={"label": "b", "preset": "quick", "values": [1.0, 1.5]}),
+            ],
+        )
+    )  # fmt: skip
+    text = chance_summary(rows)
+    assert text.startswith("The registry holds 3 paired comparisons. 2 of them have a test")
+    assert "about 0.1 signed verdicts among them. They give 1; 1 of these survive" in text
+    assert "| coca | 3 | 2 | 1 | 0.1 | 1 |" in text
+
+
+def test_provenance_is_escaped_html_in_one_collapsed_block(tmp_path):
+    rows = load_registry(_write(tmp_path, [_row(command="a < b && c")]))
+    table = render_table(rows)
+    assert "<code>a &lt; b &amp;&amp; c</code>" in table
+    assert table.rstrip().endswith("</ul>\n</details>")
+
+
+def _readme_claims() -> str:
+    text = (ROOT / "README.md").read_text()
+    blocks = {m.group("name"): m.group("body") for m in BLOCK.finditer(text)}
+    assert "claims-by-rule" in blocks, "README.md has no <!-- registry:claims-by-rule --> block"
+    return blocks["claims-by-rule"]
+
+
+def test_the_readme_shows_every_row_the_rule_picks_faithful_rows_whatever_their_verdict():
+    block = _readme_claims()
+    rows = load_registry(ROOT / DEFAULT_REGISTRY)
+    picked = [(r, labels) for _, shown, _ in rule_rows(rows) for r, labels in shown]
+    faithful = [r.id for r, labels in picked if any(lb.startswith("(a)") for lb in labels)]
+    assert faithful, "no row of the registry is marked faithful"
+    missing = [i for i in (r.id for r, _ in picked) if f"`{i}`" not in block]
+    assert not missing, f"rows the rule picks are missing from README.md: {missing}"
+    # the rows the README must show: EncapNet at the paper's unit settings (reversed), both
+    # readings of SparseCaps (v holds, v' reversed) and CoCa on CIFAR-10 for an hour
+    for row_id in ("encapnet.claim.short.ot", "sparsecaps.claim.30000",
+                   "sparsecaps.claim.30000.masked", "coca.cifar10.1h.untrained"):  # fmt: skip
+        assert f"`{row_id}`" in block
+        assert row_id in faithful or "coca" in row_id
+    # MCAE's zero-masking rows say so
+    for line in block.splitlines():
+        if "`mcae.claim." in line:
+            assert "zero-masking (pixels_zeroed)" in line, line
+
+
+def test_the_readme_is_a_front_door_and_quotes_sparsecaps_both_ways():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    flat = " ".join(text.split())
+    section_2_3 = "latent capsule boosting and masking is only applied to reconstruction output"
+    assert f"{section_2_3} and only affects capsule training" in flat
+    assert ('"replaces v as the output of the latent capsules layer used for classification '
+            'and reconstruction"') in flat  # fmt: skip

@@ -5,11 +5,17 @@ import math
 import pytest
 
 from selfcaps.eval.paired import (
+    EQUIVALENT,
     HOLDS,
+    NO_MARGIN,
+    NOT_FAMILY_WISE,
     NOT_RESOLVED,
     REVERSED,
     TOO_FEW_SEEDS,
+    TOO_FEW_UNITS,
     ZERO_SPREAD,
+    family_verdict,
+    holm_adjust,
     is_not_resolved,
     overall_verdict,
     paired_comparison,
@@ -112,3 +118,89 @@ def test_overall_verdict():
     assert overall_verdict([TOO_FEW_SEEDS, TOO_FEW_SEEDS]) == TOO_FEW_SEEDS
     assert overall_verdict([HOLDS, TOO_FEW_SEEDS]) == TOO_FEW_SEEDS
     assert overall_verdict([TOO_FEW_SEEDS, ZERO_SPREAD]) == NOT_RESOLVED
+
+
+def test_differences_equal_up_to_float_rounding_have_zero_spread():
+    # 1.3 - 1.0, 2.3 - 2.0 and 3.3 - 3.0 are all 0.3; in floats they are 0.30000000000000004,
+    # 0.2999999999999998 and 0.2999999999999998, whose sd (~1.3e-16) is rounding, not noise.
+    r = paired_comparison([1.3, 2.3, 3.3], [1.0, 2.0, 3.0])
+    assert r.verdict == ZERO_SPREAD
+    assert r.diff_mean == pytest.approx(0.3)
+    # the sd is set to exactly 0, as for a genuine zero spread: a one-point interval, no test
+    assert r.diff_low == r.diff_high == r.diff_mean
+    assert math.isnan(r.p_value)
+
+
+def test_a_real_spread_far_below_the_metric_is_not_taken_for_rounding():
+    # differences 0.3, 0.3, 0.3001: sd 5.8e-5, ten thousand times above the tolerance
+    r = paired_comparison([1.3, 2.3, 3.3001], [1.0, 2.0, 3.0])
+    assert r.verdict == HOLDS
+    assert r.diff_high - r.diff_low > 1e-4
+
+
+def test_the_p_value_is_the_paired_t_test_by_hand():
+    # d = 3, 2.5, 2.5: mean 8/3, sd sqrt(1/12), se 1/6, t = 16 with 2 degrees of freedom,
+    # whose two-sided p is 1 - t / sqrt(2 + t^2) (the t(2) distribution in closed form)
+    r = paired_comparison([92.0, 93.0, 91.5], [89.0, 90.5, 89.0])
+    assert r.p_value == pytest.approx(1 - 16 / math.sqrt(258))
+    assert r.units == 3 and r.margin is None
+
+
+def test_seeds_of_one_unit_give_no_verdict_and_fewer_units_widen_the_interval():
+    # three finetunings of one pretraining: one unit of a pretraining claim
+    r = paired_comparison([64.69, 63.26, 64.27], [61.95, 61.91, 62.46], units=1)
+    assert r.verdict == TOO_FEW_UNITS
+    assert math.isnan(r.diff_low) and math.isnan(r.p_value)
+    # six seeds that are three units: t(0.975, 2) and sqrt(3), not t(0.975, 5) and sqrt(6)
+    t = [3.0, 2.0, 4.0, 3.0, 2.0, 4.0]
+    c = [0.0] * 6
+    r = paired_comparison(t, c, units=3)
+    sd = math.sqrt(sum((x - 3.0) ** 2 for x in t) / 5)  # 0.894
+    assert r.diff_low == pytest.approx(3.0 - T_975_DF2 * sd / math.sqrt(3), abs=2e-3)
+    assert r.verdict == HOLDS and r.n == 6 and r.units == 3
+
+
+def test_a_no_difference_claim_needs_a_margin_and_an_interval_inside_it():
+    # d = -0.1, +0.1, -0.1: mean -1/30, sd sqrt(1/75), se 1/15; half-width 4.303/15 = 0.287,
+    # so the interval is [-0.320, +0.254]
+    t, c = [40.0, 41.0, 42.0], [40.1, 40.9, 42.1]
+    r = paired_comparison(t, c, margin=1.0)
+    assert r.diff_low == pytest.approx(-1 / 30 - T_975_DF2 / 15, abs=1e-3)
+    assert r.verdict == EQUIVALENT
+    # TOST: the worse one-sided t is (mean + m) / se = 14.5; doubled p = 1 - x / sqrt(2 + x^2)
+    assert r.p_value == pytest.approx(1 - 14.5 / math.sqrt(2 + 14.5**2))
+    assert paired_comparison(t, c, margin=0.3).verdict == NOT_RESOLVED  # -0.320 is outside
+    r = paired_comparison(t, c, no_difference=True)
+    assert r.verdict == NO_MARGIN and math.isnan(r.p_value)
+    # a difference far outside the margin is not resolved either (no signed verdict)
+    assert paired_comparison([1.0, 2.0, 1.5], [3.0, 4.0, 3.2], margin=0.5).verdict == NOT_RESOLVED
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"units": 0}, "units must be in 1..3"), ({"units": 4}, "units must be in 1..3"),
+     ({"margin": 0.0}, "margin must be > 0"), ({"margin": -1.0}, "margin must be > 0")],
+)  # fmt: skip
+def test_bad_units_or_margin_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        paired_comparison([1.0, 2.0, 3.0], [0.0, 0.0, 0.5], **kwargs)
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.03, 0.04 times 3, 2, 1: 0.03, 0.06, 0.04 -> monotone 0.03, 0.06, 0.06
+    assert holm_adjust([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # a comparison without a test is neither adjusted nor counted in m
+    adjusted = holm_adjust([0.02, math.nan, 0.5])
+    assert adjusted[0] == pytest.approx(0.04) and adjusted[2] == pytest.approx(0.5)
+    assert math.isnan(adjusted[1])
+    # 0.8 x 2 = 1.6 is capped at 1, and 0.9 x 1 below it is raised to 1 (monotone)
+    assert holm_adjust([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+    assert holm_adjust([0.3, 0.2]) == pytest.approx([0.4, 0.4])
+
+
+def test_the_family_verdict_keeps_only_what_survives_holm():
+    r = paired_comparison([92.0, 93.0, 91.5], [89.0, 90.5, 89.0])  # p = 0.0039
+    assert family_verdict(r, holm_adjust([r.p_value] * 10)[0]) == HOLDS  # 0.039 < 0.05
+    assert family_verdict(r, holm_adjust([r.p_value] * 20)[0]) == NOT_FAMILY_WISE  # 0.078
+    unresolved = paired_comparison([1.0, 3.0, 2.0], [2.0, 2.0, 2.1])
+    assert family_verdict(unresolved, 1.0) == NOT_RESOLVED

@@ -44,6 +44,22 @@ Row fields (YAML mapping; ``kind`` decides which arms it has):
                     per-seed numbers on a CPU with other kernels (docs/results.md)
 ``stale``           null, or why the row no longer matches its preset (shown with it)
 ``note``            optional short note shown with the row
+``units``           optional: how many independent units the seeds are for the claim
+                    (default: one per seed); three finetunings of one pretraining are one
+                    unit of a claim about pretraining. Fewer than 3 units give no verdict
+``no_difference``   optional, paired rows: true when the claim is that the arms do not differ
+``equivalence_margin`` optional, paired rows: the margin (metric units) within which a
+                    no-difference claim counts as *equivalent* (TOST); implies
+                    ``no_difference``. A no-difference claim without one gets no verdict
+``faithful``        optional: the row runs the paper's own settings and reading (at a reduced
+                    budget); its value names the reading (``paper``, or which of two readings
+                    of a paper that allows two)
+``paper_dataset``   optional: true when the row runs on the paper's own dataset
+``departure``       optional: the row's named departures from the paper, in words
+``budget_images``   training images processed by the treatment arm (steps x batch over every
+                    phase; the smallest seed's for a timed budget); required with
+                    ``faithful``, ``paper_dataset`` or ``departure``: the README's claims
+                    table picks rows by it
 ==================  =====================================================================
 """
 
@@ -54,6 +70,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +85,7 @@ __all__ = [
     "HASH_EXCLUDED",
     "HASH_FIXED",
     "HASH_OMITTED_AT",
+    "ROLE_FIELDS",
     "Arm",
     "RegistryError",
     "Row",
@@ -105,7 +123,10 @@ _REQUIRED = (
     "config_hash", "command", "commit", "date", "cores", "threads",
 )  # fmt: skip
 _OPTIONAL = ("comparison", "higher_is_better", "treatment", "control", "arm", "paper", "stale",
-             "note", "cpu")  # fmt: skip
+             "note", "cpu", "units", "no_difference", "equivalence_margin", "faithful",
+             "paper_dataset", "departure", "budget_images")  # fmt: skip
+#: Fields that put a row forward for the README's claims table (each needs ``budget_images``).
+ROLE_FIELDS = ("faithful", "paper_dataset", "departure")
 
 
 class RegistryError(ValueError):
@@ -156,19 +177,33 @@ class Row:
     stale: str | None = None
     note: str | None = None
     cpu: str | None = None
+    units: int | None = None
+    no_difference: bool = False
+    equivalence_margin: float | None = None
+    faithful: str | None = None
+    paper_dataset: bool = False
+    departure: str | None = None
+    budget_images: int | None = None
     #: Arm hashes already resolved, shared by the rows of one :func:`load_registry` (many
     #: rows and tables repeat an arm; resolving a preset is the slow part of a report).
     hash_memo: dict[tuple[str, str, tuple[str, ...]], str] = field(
         default_factory=dict, compare=False, repr=False
     )
 
-    @property
+    @cached_property
     def paired(self) -> PairedResult | None:
         """The paired comparison of a ``paired`` row (None for ``single`` rows)."""
         if self.kind != "paired":
             return None
         treatment, control = self.arms
-        return paired_comparison(treatment.values, control.values, self.higher_is_better)
+        return paired_comparison(
+            treatment.values,
+            control.values,
+            self.higher_is_better,
+            units=self.units,
+            no_difference=self.no_difference,
+            margin=self.equivalence_margin,
+        )
 
     def current_hash(self) -> str:
         """:func:`row_config_hash` of the arms as their presets resolve today."""
@@ -281,7 +316,50 @@ def _arm(where: str, raw: Any, n_seeds: int) -> Arm:
 
 
 #: Fields shown in a markdown table cell, where a '|' would split the cell.
-_CELLS = ("method", "what", "rung", "budget", "dataset", "metric", "comparison", "note", "stale")
+_CELLS = ("method", "what", "rung", "budget", "dataset", "metric", "comparison", "note", "stale",
+          "faithful", "departure")  # fmt: skip
+
+
+def _role_fields(where: str, raw: dict[str, Any], n_seeds: int) -> dict[str, Any]:
+    """The optional statistical and claims-table fields of a row, checked."""
+    units = raw.get("units")
+    if units is not None and (
+        isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= n_seeds
+    ):
+        raise RegistryError(f"{where}.units: expected an integer in 1..{n_seeds}, got {units!r}")
+    margin = raw.get("equivalence_margin")
+    if margin is not None:
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not margin > 0:
+            raise RegistryError(
+                f"{where}.equivalence_margin: expected a positive number, got {margin!r}"
+            )
+        if raw["kind"] != "paired":
+            raise RegistryError(f"{where}.equivalence_margin: only a paired row has a margin")
+    for key in ("no_difference", "paper_dataset"):
+        if not isinstance(raw.get(key, False), bool):
+            raise RegistryError(f"{where}.{key}: expected true or false, got {raw[key]!r}")
+    for key in ("faithful", "departure"):
+        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+            raise RegistryError(f"{where}.{key}: expected a non-empty text, got {raw[key]!r}")
+    images = raw.get("budget_images")
+    has_role = any(raw.get(k) for k in ROLE_FIELDS)
+    if images is not None and (isinstance(images, bool) or not isinstance(images, int)
+                               or images <= 0):  # fmt: skip
+        raise RegistryError(f"{where}.budget_images: expected a positive integer, got {images!r}")
+    if has_role and images is None:
+        raise RegistryError(
+            f"{where}: a row with faithful, paper_dataset or departure needs budget_images "
+            "(the claims table ranks budgets by it)"
+        )
+    return {
+        "units": units,
+        "no_difference": bool(raw.get("no_difference", False)) or margin is not None,
+        "equivalence_margin": None if margin is None else float(margin),
+        "faithful": raw.get("faithful"),
+        "paper_dataset": bool(raw.get("paper_dataset", False)),
+        "departure": raw.get("departure"),
+        "budget_images": images,
+    }
 
 
 def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
@@ -336,6 +414,7 @@ def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
         stale=raw.get("stale"),
         note=raw.get("note"),
         cpu=None if raw.get("cpu") is None else str(raw["cpu"]),
+        **_role_fields(where, raw, len(seeds)),
         hash_memo=memo,
     )
 

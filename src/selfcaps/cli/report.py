@@ -8,10 +8,22 @@ A page marks where a table goes with a pair of HTML comments (invisible when ren
 
 ``selfcaps report`` rewrites everything between each pair with the table of the registry rows
 whose ``tables`` name that table (``claims``, ``bench``, a method's name, ...), followed by
-the command, preset, commit, date, cores and threads of every row; ``--check`` only reports
-the blocks that are out of date and the rows whose presets changed (exit 1), which is what
-the test suite runs. Verdicts are computed from each row's per-seed values with
-:func:`selfcaps.eval.paired.paired_comparison`; they are never typed.
+one collapsed block (``<details>``) with the command, preset, commit, date, cores and threads
+of every row; ``--check`` only reports the blocks that are out of date and the rows whose
+presets changed (exit 1), which is what the test suite runs. Verdicts are computed from each
+row's per-seed values with :func:`selfcaps.eval.paired.paired_comparison`; they are never
+typed. Each paired table also gives each verdict after Holm's rule across its paper's
+comparisons (every paired row of the method in the registry, :func:`holm_verdicts`).
+
+Two blocks are computed from the whole registry rather than from rows that name them:
+
+- ``<!-- registry:claims-by-rule -->``: each paper's claim by one rule (:func:`rule_rows`):
+  (a) the rows under the paper's own settings and reading (``faithful``) at the largest
+  budget, one set per reading; (b) the rows on the paper's own dataset (``paper_dataset``) at
+  the largest budget; (c) our named departure (``departure``) at the largest budget; each
+  labelled as what it is, whatever its verdict, and a missing selection said in words;
+- ``<!-- registry:chance -->``: how many paired comparisons the registry holds, how many
+  signed verdicts chance alone gives at 95%, and how many survive Holm's rule.
 
 A number quoted in prose is generated the same way, inline::
 
@@ -24,6 +36,7 @@ is rewritten to the row's paired difference, interval and verdict. The fields ar
 from __future__ import annotations
 
 import argparse
+import html
 import math
 import re
 import sys
@@ -38,17 +51,31 @@ from selfcaps.cli.registry import (
     check_hashes,
     load_registry,
 )
-from selfcaps.eval.paired import MIN_SEEDS, is_not_resolved
+from selfcaps.eval.paired import (
+    EQUIVALENT,
+    FAMILY_ALPHA,
+    MIN_SEEDS,
+    SIGNED,
+    family_verdict,
+    holm_adjust,
+    is_not_resolved,
+)
 
 __all__ = [
     "BLOCK",
+    "COMPUTED_BLOCKS",
+    "RULE_ROLES",
     "VALUE",
     "VALUE_FIELDS",
     "add_report_arguments",
+    "chance_summary",
     "cmd_report",
     "doc_files",
+    "holm_verdicts",
+    "render_rule_table",
     "render_table",
     "render_value",
+    "rule_rows",
     "update_text",
 ]
 
@@ -119,16 +146,66 @@ def _diff(row: Row) -> str:
     assert p is not None
     places = _row_places(row)
     mean = _num(p.diff_mean, True, places)
-    if p.n < MIN_SEEDS:
+    if p.n < MIN_SEEDS or math.isnan(p.diff_low):
         return mean
     return f"{mean} [{_num(p.diff_low, True, places)}, {_num(p.diff_high, True, places)}]"
 
 
-def _verdict(row: Row) -> str:
+def _verdict_words(row: Row, verdict: str | None = None) -> str:
+    """The verdict as prose says it: an equivalence names its margin."""
     r = row.paired
     assert r is not None
-    word = r.verdict if is_not_resolved(r.verdict) else f"**{r.verdict}**"
-    return word
+    verdict = r.verdict if verdict is None else verdict
+    if verdict == EQUIVALENT and r.margin is not None:
+        return f"{EQUIVALENT} within ±{r.margin:g}"
+    return verdict
+
+
+def _verdict(row: Row, verdict: str | None = None) -> str:
+    """The verdict as a table shows it (signed verdicts in bold)."""
+    words = _verdict_words(row, verdict)
+    return words if is_not_resolved(words) else f"**{words}**"
+
+
+def _holm_cell(row: Row, holm: dict[str, str] | None) -> str:
+    """The verdict after Holm; "–" where the row has no signed verdict to adjust."""
+    p = row.paired
+    assert p is not None
+    if p.verdict not in SIGNED:
+        return "–"
+    verdict = (holm or {}).get(row.id, p.verdict)
+    return _verdict(row, verdict)
+
+
+def _n(row: Row) -> str:
+    """Seeds, and the independent units when fewer."""
+    p = row.paired
+    assert p is not None
+    return f"{p.n} ({p.units} unit{'s' if p.units != 1 else ''})" if p.units < p.n else str(p.n)
+
+
+def holm_verdicts(rows: Sequence[Row]) -> dict[str, str]:
+    """Each paired row's verdict after Holm's rule across its method's paired rows.
+
+    The family of a paper is every paired comparison of its method in the registry that has
+    a test (:attr:`~selfcaps.eval.paired.PairedResult.p_value`); a signed verdict stands only
+    if its Holm-adjusted p is below 5% (:func:`~selfcaps.eval.paired.family_verdict`).
+
+    Returns:
+        Row id -> verdict after Holm, for every paired row.
+    """
+    families: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.kind == "paired":
+            families.setdefault(r.method, []).append(r)
+    out = {}
+    for family in families.values():
+        results = [r.paired for r in family]
+        adjusted = holm_adjust([p.p_value for p in results if p is not None])
+        for r, p, adj in zip(family, results, adjusted, strict=True):
+            assert p is not None
+            out[r.id] = family_verdict(p, adj, FAMILY_ALPHA)
+    return out
 
 
 def _status(row: Row, stale_now: bool) -> str:
@@ -149,14 +226,16 @@ def _is_stale_now(row: Row) -> bool:
         return True
 
 
-def render_table(rows: Sequence[Row]) -> str:
+def render_table(rows: Sequence[Row], family: Sequence[Row] | None = None) -> str:
     """The markdown table of ``rows`` (all paired or all single) and their provenance list.
 
     Args:
         rows: Registry rows of one table, in the order to show.
+        family: Every row of the registry, for Holm's rule across each paper's comparisons
+            (default: ``rows`` alone).
 
     Returns:
-        Markdown: the table, then one line per row with its command and provenance.
+        Markdown: the table, then one collapsed block with each row's command and provenance.
 
     Raises:
         RegistryError: The rows mix paired and single kinds, or there are none.
@@ -168,10 +247,11 @@ def render_table(rows: Sequence[Row]) -> str:
         raise RegistryError(f"a table mixes {sorted(kinds)} rows: {[r.id for r in rows]}")
     lines: list[str] = []
     if kinds == {"paired"}:
+        holm = holm_verdicts(rows if family is None else family)
         lines += [
             "| method | claim | comparison | budget | dataset | treatment | control "
-            "| difference [95% interval] | verdict | n | date | notes |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| difference [95% interval] | verdict | after Holm | n | date | notes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             p = r.paired
@@ -182,7 +262,8 @@ def render_table(rows: Sequence[Row]) -> str:
                 f"| {r.method} | {r.what} | {r.comparison} | {r.rung}: {r.budget} | {r.dataset} "
                 f"| {t.label} {_mean_sd(t.values, places)} "
                 f"| {c.label} {_mean_sd(c.values, places)} | {diff} "
-                f"| {_verdict(r)} | {p.n} | {r.date} | {_status(r, _is_stale_now(r))} |"
+                f"| {_verdict(r)} | {_holm_cell(r, holm)} | {_n(r)} | {r.date} "
+                f"| {_status(r, _is_stale_now(r))} |"
             )
     else:
         lines += [
@@ -199,10 +280,30 @@ def render_table(rows: Sequence[Row]) -> str:
                 f"| {_status(r, _is_stale_now(r))} |"
             )
     lines.append("")
+    lines += provenance(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _code(text: str) -> str:
+    return f"<code>{html.escape(text, quote=False)}</code>"
+
+
+def provenance(rows: Sequence[Row]) -> list[str]:
+    """One collapsed ``<details>`` block: each row's command, presets, seeds and provenance.
+
+    HTML, not markdown, inside the block, so that it renders the same on a code host and in
+    the manual without a markdown-in-HTML extension.
+    """
+    n = len(rows)
+    lines = [
+        f"<details><summary>Commands, presets, per-seed values and commits of "
+        f"{'this row' if n == 1 else f'these {n} rows'}</summary>",
+        "<ul>",
+    ]
     for r in rows:
         presets = ", ".join(
             dict.fromkeys(
-                f"`{a.preset}`" + (f" + `{' '.join(a.overrides)}`" if a.overrides else "")
+                _code(a.preset) + (f" + {_code(' '.join(a.overrides))}" if a.overrides else "")
                 for a in r.arms
             )
         )
@@ -213,13 +314,15 @@ def render_table(rows: Sequence[Row]) -> str:
                 f"{a.label} " + ", ".join(f"{v:g}" for v in a.values) for a in r.arms
             )
         paper = f"; paper: {r.paper}" if r.paper else ""
-        lines.append(
-            f"- `{r.id}`: `{r.command}` (S = seeds {seeds}{per_arm}); preset {presets}; "
-            f"commit `{r.commit}`, {r.date}, {r.cores} cores{f' ({r.cpu})' if r.cpu else ''}, "
-            f"{r.threads} thread"
-            f"{'s' if r.threads != 1 else ''} per run; config `{r.config_hash}`{paper}."
+        cpu = f" ({r.cpu})" if r.cpu else ""
+        text = (
+            f"{_code(r.id)}: {_code(r.command)} (S = seeds {seeds}{html.escape(per_arm)}); "
+            f"preset {presets}; commit {_code(r.commit)}, {r.date}, {r.cores} cores"
+            f"{html.escape(cpu)}, {r.threads} thread{'s' if r.threads != 1 else ''} per run; "
+            f"config {_code(r.config_hash)}{html.escape(paper)}."
         )
-    return "\n".join(lines) + "\n"
+        lines.append(f"<li>{text}</li>")
+    return [*lines, "</ul>", "</details>"]
 
 
 def render_value(row: Row, field: str) -> str:
@@ -254,9 +357,9 @@ def render_value(row: Row, field: str) -> str:
     treatment, control = row.arms
     places = _row_places(row)
     return {
-        "result": f"{diff}, {p.verdict}",
+        "result": f"{diff}, {_verdict_words(row)}",
         "diff": diff,
-        "verdict": p.verdict,
+        "verdict": _verdict_words(row),
         "treatment": _mean_sd(treatment.values, places),
         "control": _mean_sd(control.values, places),
         "n": str(p.n),
@@ -271,10 +374,161 @@ def _value(by_id: dict[str, Row], m: re.Match[str]) -> str:
 
 
 def _table(rows: Sequence[Row], name: str) -> str:
+    if name in COMPUTED_BLOCKS:
+        return _NOTICE + COMPUTED_BLOCKS[name](rows)
     chosen = [r for r in rows if name in r.tables]
     if not chosen:
         raise RegistryError(f"the docs ask for table {name!r}, but no registry row lists it")
-    return _NOTICE + render_table(by_method(chosen))
+    return _NOTICE + render_table(by_method(chosen), rows)
+
+
+#: The three selections of the claims table, in order: registry field, label, what is missing.
+RULE_ROLES = (
+    (
+        "faithful",
+        "(a) the paper's settings and reading",
+        "runs the paper's own settings and reading",
+    ),
+    ("paper_dataset", "(b) the paper's dataset, largest budget", "is on the paper's own dataset"),
+    ("departure", "(c) our departure, largest budget", "names a departure from the paper"),
+)
+
+
+def _largest(rows: Sequence[Row]) -> list[Row]:
+    """The rows at the largest ``budget_images``; ties go to more units, then the latest date."""
+    top = max(r.budget_images or 0 for r in rows)
+    rows = [r for r in rows if (r.budget_images or 0) == top]
+    units = max(_units(r) for r in rows)
+    rows = [r for r in rows if _units(r) == units]
+    latest = max(r.date for r in rows)
+    return [r for r in rows if r.date == latest]
+
+
+def _units(row: Row) -> int:
+    return row.units if row.units is not None else len(row.seeds)
+
+
+def rule_rows(rows: Sequence[Row]) -> list[tuple[str, list[tuple[Row, list[str]]], list[str]]]:
+    """Each paper's rows for the claims table, chosen by :data:`RULE_ROLES` from the registry.
+
+    For each method (in order of first appearance) among paired rows: (a) for each reading
+    named by ``faithful``, the rows at the largest budget; (b) the ``paper_dataset`` rows at
+    the largest budget; (c) the ``departure`` rows at the largest budget. "Largest budget" is
+    the largest ``budget_images``; a tie goes to the rows with more independent units, then to
+    the latest date, and rows still tied (the comparisons of one run) are all shown. A row
+    chosen twice is shown once with both labels, in the order (a), (b), (c); a row with a
+    departure says so whatever chose it. Verdicts play no part in the choice.
+
+    Returns:
+        ``(method, [(row, labels)], missing)`` per method with at least one candidate row,
+        where ``missing`` names each selection that found no row.
+    """
+    methods: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.kind == "paired" and (r.faithful or r.paper_dataset or r.departure):
+            methods.setdefault(r.method, []).append(r)
+    out = []
+    for method, candidates in methods.items():
+        chosen: dict[str, tuple[Row, list[str], int]] = {}
+        missing = []
+        for role, (field_name, label, absent) in enumerate(RULE_ROLES):
+            pool = [r for r in candidates if getattr(r, field_name)]
+            if not pool:
+                missing.append(absent)
+                continue
+            if field_name == "faithful":
+                readings = dict.fromkeys(r.faithful for r in pool)
+                picks = [
+                    (r, f"{label}: {reading}")
+                    for reading in readings
+                    for r in _largest([r for r in pool if r.faithful == reading])
+                ]
+            else:
+                picks = [(r, label) for r in _largest(pool)]
+            for r, text in picks:
+                chosen.setdefault(r.id, (r, [], role))[1].append(text)
+        shown = []
+        order = {r.id: i for i, r in enumerate(candidates)}
+        for row, labels, _ in sorted(chosen.values(), key=lambda c: (c[2], order[c[0].id])):
+            if row.departure:
+                labels = [*labels, f"departs from the paper in: {row.departure}"]
+            shown.append((row, labels))
+        out.append((method, shown, missing))
+    return out
+
+
+def render_rule_table(rows: Sequence[Row]) -> str:
+    """The claims table of :func:`rule_rows`, each row labelled, then what was not measured."""
+    holm = holm_verdicts(rows)
+    lines = [
+        "| method | shown as | claim | comparison | budget | dataset | treatment | control "
+        "| difference [95% interval] | verdict | after Holm | n | row |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    shown_rows, missing_lines = [], []
+    for method, shown, missing in rule_rows(rows):
+        for r, labels in shown:
+            t, c = r.arms
+            places = _row_places(r)
+            lines.append(
+                f"| {r.method} | {'; '.join(labels)} | {r.what} | {r.comparison} "
+                f"| {r.rung}: {r.budget} | {r.dataset} | {t.label} {_mean_sd(t.values, places)} "
+                f"| {c.label} {_mean_sd(c.values, places)} | {_diff(r)} | {_verdict(r)} "
+                f"| {_holm_cell(r, holm)} | {_n(r)} | `{r.id}` |"
+            )
+            shown_rows.append(r)
+        missing_lines += [f"- {method}: no paired row {m}." for m in missing]
+    lines.append("")
+    if missing_lines:
+        lines += ["Not measured:", "", *missing_lines, ""]
+    lines += provenance(shown_rows)
+    return "\n".join(lines) + "\n"
+
+
+def chance_summary(rows: Sequence[Row]) -> str:
+    """How many paired comparisons, how many verdicts chance alone gives, how many survive Holm.
+
+    Under the null (no comparison has a real effect) each tested comparison gives a signed
+    verdict with probability 5% (its 95% interval misses 0), so chance alone gives about
+    ``0.05 x tested`` signed verdicts; Holm's rule within each paper keeps the chance of even
+    one such verdict per paper at 5%.
+    """
+    holm = holm_verdicts(rows)
+    counts: dict[str, list[int]] = {}
+    for r in rows:
+        p = r.paired
+        if p is None:
+            continue
+        c = counts.setdefault(r.method, [0, 0, 0, 0])
+        c[0] += 1
+        c[1] += not math.isnan(p.p_value)
+        c[2] += p.verdict in SIGNED
+        c[3] += holm[r.id] in SIGNED
+    total = [sum(c[i] for c in counts.values()) for i in range(4)]
+    alpha = FAMILY_ALPHA
+    lines = [
+        f"The registry holds {total[0]} paired comparisons. {total[1]} of them have a test "
+        f"(at least {MIN_SEEDS} independent units, a spread, and a margin where the claim is "
+        "of no difference). If none of them had a real effect, each would still give a signed "
+        f"verdict (*holds*, *reversed* or *equivalent*) with probability {alpha:.0%}, so chance "
+        f"alone would give about {alpha * total[1]:.1f} signed verdicts among them. They give "
+        f"{total[2]}; {total[3]} of these survive Holm's rule within each paper's comparisons "
+        f"(at most a {alpha:.0%} chance of even one false verdict per paper).",
+        "",
+        "| method | paired comparisons | with a test | signed verdicts | expected by chance "
+        "| signed after Holm |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, c in counts.items():
+        lines.append(f"| {method} | {c[0]} | {c[1]} | {c[2]} | {alpha * c[1]:.1f} | {c[3]} |")
+    lines.append(
+        f"| all | {total[0]} | {total[1]} | {total[2]} | {alpha * total[1]:.1f} | {total[3]} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+#: Blocks computed from the whole registry, not from the rows that name them.
+COMPUTED_BLOCKS = {"claims-by-rule": render_rule_table, "chance": chance_summary}
 
 
 def by_method(rows: Sequence[Row]) -> list[Row]:
