@@ -1,28 +1,40 @@
-"""A check of every method on a GPU: finite training, exact resume, float64 agreement, speed.
+"""A check of every method on a GPU that fits a budget: speed, finite steps, exact resume, float64.
 
-For each method's ``paper`` preset and each precision (``bf16-mixed``, ``32-true``):
+Each (method, precision) row runs in a child process, capped at ``--method-cap-s`` seconds, and
+the check stops starting rows once ``--budget-s`` is spent. A row is printed, flushed and
+appended to ``--jsonl`` as one JSON line the moment it finishes, so a check cut short still
+leaves every finished row. For the ``paper`` preset of each method and each precision:
 
-1. ``selfcaps pretrain`` for ``--steps`` steps (``--deterministic``, no validation): the
-   loss must stay finite (the command stops with exit code 3 otherwise); images/s, peak
-   device memory;
-2. the same for ``--steps // 2`` steps, then ``--resume`` to ``--steps``: the weights,
-   buffers and step counters in ``last.ckpt`` must equal step 1's bit for bit (the largest
-   difference is printed otherwise);
-3. the trained network's features of 4 validation images on the device in
-   float32 against the same network on the CPU in float64 (largest difference relative to
-   the largest float64 value; TF32 is off unless the user's code turns it on);
-4. the share of the device's matrix-product peak of that precision (a square GEMM measured in
-   the same run) that the training reaches: matmul/conv FLOPs of one training step
-   (``torch.utils.flop_counter``) x steps/s.
+1. **speed**: ``--warmup`` steps, then ``--steps`` bare training steps timed (Lightning's loop
+   with no logger, checkpoint, validation, progress bar or figures; determinism off; data
+   loading and the batch transform included): images/s from the median step, peak device
+   memory, and whether every step was finite (the method's own non-finite guard);
+2. **share of peak**: matmul/conv FLOPs of one step (``selfcaps.eval.profile.flop_counter``)
+   x steps/s, against a square GEMM of that precision measured in the same run;
+3. **resume**: ``selfcaps pretrain --deterministic --no-figures`` for ``--resume-steps``, and
+   again for half of them then ``--resume`` to the end: the weights, buffers and counters of
+   both ``last.ckpt`` must be equal bit for bit (the largest difference is shown otherwise);
+4. **float64**: the trained network's features of 4 validation images on the device in float32
+   against the same network on the CPU in float64 (largest difference relative to the
+   largest value; TF32 off).
 
-PoE trains in three stages of epochs: its copy has ``stage_epochs=[1,1,1]`` and a training
-subset of ``steps/3`` batches, so that every stage runs.
+A child that a signal stops (an outer ``timeout``, a scheduler) ends the whole check with the
+rows it has (exit code 1); so does a signal to the check itself. PoE trains in three stages of
+epochs: its runs get ``stage_epochs=[1,1,1]`` and subsets of a third of the steps each.
 
-    python benchmarks/gpu_check.py --data-root DIR [--steps 200] [--methods ...]
+**Fitting five methods x two precisions into 8 minutes on one H200** (``--budget-s 480``):
+10 rows of at most 48 s. A row costs a child's start (imports, CUDA context: ~8 s), the speed
+run (~5 s of Lightning set-up, 5 warm-up and 30 timed steps: at the readiness projections,
+e.g. CoCa's 512 images a step at ~1,500 ops x 19 us, under 2 s), one counted step, three
+``pretrain`` runs of 10 + 5 + 5 steps with their start-ups (~15 s) and the float64 features of
+4 images on the CPU (~5 s for EncapNet, the heaviest): about 35-45 s. ``--method-cap-s 90``
+stops a row that runs long without losing the others.
+
+    python benchmarks/gpu_check.py --data-root DIR [--budget-s 480] [--jsonl rows.jsonl]
     python benchmarks/gpu_check.py --accelerator cpu --steps 3 --tiny   # the CI smoke test
 
 ``--tiny``: networks of each paper preset's structure with small widths, on mnist5k (no
-data root needed), batch 8. Exit code 1 if any check failed.
+data root needed), batch 8. Exit code 1 if any check failed or the check was cut short.
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ import copy
 import io
 import json
 import math
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,10 +56,18 @@ from typing import Any
 import torch
 
 from _common import gemm_peak_flops
-from _method_steps import METHODS, TINY_MODEL, fit_steps, method_from_config, quiet_lightning
+from _method_steps import (
+    METHODS,
+    TINY_MODEL,
+    build_method,
+    fit_steps,
+    method_from_config,
+    quiet_lightning,
+)
 from selfcaps.cli import main as selfcaps
 from selfcaps.cli.config import load_config, load_yaml
 from selfcaps.eval.profile import flop_counter
+from selfcaps.methods.base import NonFiniteError
 from selfcaps.methods.io import load_checkpoint
 
 PRECISIONS = {"bf16-mixed": torch.bfloat16, "32-true": torch.float32}
@@ -60,10 +82,13 @@ TINY_DATA = [
 ]
 
 
+SIGNAL_EXITS = {130: "SIGINT", 143: "SIGTERM"}  # 128 + signal number: the run was stopped
+
+
 def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str]:
-    """The ``selfcaps pretrain`` arguments every run of ``name`` at ``precision`` shares."""
+    """The ``selfcaps pretrain`` arguments every resume run of ``name`` at ``precision`` shares."""
     out = ["--preset", "paper", "--accelerator", args.accelerator, "--precision", precision]
-    out += ["--threads", str(args.threads), "--no-progress", "--deterministic"]
+    out += ["--threads", str(args.threads), "--no-progress", "--deterministic", "--no-figures"]
     out += ["monitor.knn_every_n_epochs=0"]
     if args.data_root:
         out += ["--data-root", args.data_root]
@@ -72,11 +97,28 @@ def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str
         out += [f"model.{k}={v}" for k, v in TINY_MODEL[name].items()]
     if name == "poe":  # every stage: one epoch each of steps/3 batches
         batch = 8 if args.tiny else int(load_config(name, "paper").data.batch_size)
-        per_stage = max(1, math.ceil(args.steps / 3))
+        per_stage = max(1, math.ceil(args.resume_steps / 3))
         out += ["--epochs", "3", "model.stage_epochs=[1,1,1]"]
         out += [f"data.train_subset={per_stage * batch}"]
     else:
         out += ["--epochs", str(10**6)]
+    return out
+
+
+def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The ``paper`` preset's overrides for the timed bare steps (no determinism, no validation)."""
+    out: list[tuple[str, Any]] = [
+        ("trainer.accelerator", args.accelerator),
+        ("trainer.precision", precision),
+        ("trainer.deterministic", False),
+        ("monitor.knn_every_n_epochs", 0),
+    ]
+    if args.tiny:
+        out += [("data.name", "mnist5k"), ("data.batch_size", 8), ("data.eval_batch_size", 16)]
+        out += [("data.train_subset", 8 * (args.warmup + args.steps + 1))]
+        out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
+    if name == "poe":
+        out += [("model.stage_epochs", [1, 1, 1]), ("trainer.epochs", 3)]
     return out
 
 
@@ -114,99 +156,211 @@ def float64_agreement(run: Path, device: str) -> float:
     return worst
 
 
-def step_flops(run: Path, precision: str, accelerator: str) -> float:
-    """Matmul/conv FLOPs of one training step of the run's configuration, per image."""
-    cfg = load_yaml(run / "config.yaml")
-    method, dm = method_from_config(cfg)
-    with flop_counter() as fc:
-        fit_steps(method, dm, 1, precision, accelerator=accelerator)
-    return fc.get_total_flops() / int(cfg["data"]["batch_size"])
-
-
-def check_method(name: str, args: argparse.Namespace, root: Path, peaks: dict) -> list[dict]:
-    rows = []
+def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Speed on bare steps after warm-up, FLOPs of one step, peak memory, finiteness."""
     cuda = args.accelerator != "cpu"
-    device = "cuda" if cuda else "cpu"
-    for precision in args.precisions:
-        shared = method_args(name, precision, args)
-        full, split = root / f"{name}-{precision}-full", root / f"{name}-{precision}-split"
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        code = pretrain(name, full, args.steps, shared)
-        seconds = time.perf_counter() - t0
-        row: dict[str, Any] = {"method": name, "precision": precision, "finite": code == 0}
-        row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else math.nan
-        if code != 0:
-            row.update(resume=math.nan, images_s=math.nan, share=math.nan, fp64=math.nan)
-            rows.append(row)
-            continue
-        metrics = json.loads((full / "metrics.json").read_text())
-        row["images_s"] = float(metrics["train_images_per_s"])
-        row["seconds"] = seconds
-        half = max(1, args.steps // 2)
-        ok = pretrain(name, split, half, shared) == 0
-        ok = ok and pretrain(name, split, args.steps, shared, resume=True) == 0
-        row["resume"] = largest_difference(full, split) if ok else math.nan
-        flops = step_flops(full, precision, args.accelerator)
-        row["share"] = row["images_s"] * flops / peaks[precision]
-        row["fp64"] = float64_agreement(full, device)
-        rows.append(row)
-    return rows
+    overrides = speed_overrides(name, precision, args)
+    method, dm = build_method(name, "paper", overrides, args.data_root)
+    batch = int(method.cfg.data.batch_size)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        timer = fit_steps(method, dm, args.warmup + args.steps, precision, [], args.accelerator)
+    except NonFiniteError:
+        return {"finite": False, "images_s": math.nan, "flops_per_image": math.nan}
+    step = timer.median("loop_wall", skip=args.warmup)
+    row = {"finite": True, "images_s": batch / step, "step_ms": 1000 * step}
+    row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else math.nan
+    method, dm = build_method(name, "paper", overrides, args.data_root)
+    with flop_counter() as fc:
+        fit_steps(method, dm, 1, precision, accelerator=args.accelerator)
+    row["flops_per_image"] = fc.get_total_flops() / batch
+    return row
+
+
+def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """One row: speed, share of the peak, exact resume, float64 agreement."""
+    device = "cuda" if args.accelerator != "cpu" else "cpu"
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"method": name, "precision": precision}
+    row.update(timed_steps(name, precision, args))
+    row["share"] = row["images_s"] * row["flops_per_image"] / args.peaks[precision]
+    shared = method_args(name, precision, args)
+    full, split = root / f"{name}-{precision}-full", root / f"{name}-{precision}-split"
+    half = max(1, args.resume_steps // 2)
+    codes = [pretrain(name, full, args.resume_steps, shared)]
+    codes.append(pretrain(name, split, half, shared))
+    codes.append(pretrain(name, split, args.resume_steps, shared, resume=True))
+    stopped = [SIGNAL_EXITS[c] for c in codes if c in SIGNAL_EXITS]
+    if stopped:
+        row["stopped_by"] = stopped[0]
+    ok = all(c == 0 for c in codes)
+    row["resume"] = largest_difference(full, split) if ok else math.nan
+    row["fp64"] = float64_agreement(full, device) if codes[0] == 0 else math.nan
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def row_ok(row: dict[str, Any], tolerance: float) -> bool:
+    """A row passes: finite steps, resumed bit for bit, float64 within ``tolerance``."""
+    return bool(row.get("finite")) and row.get("resume") == 0.0 and row["fp64"] <= tolerance
+
+
+def format_row(r: dict[str, Any], tolerance: float) -> str:
+    """One table line (a row that did not finish says why)."""
+    if "status" in r:
+        return f"{r['method']:<11}{r['precision']:<11}  {r['status']}"
+    resume = "exact" if r["resume"] == 0.0 else format(r["resume"], ".1e")
+    return (
+        f"{r['method']:<11}{r['precision']:<11}{'yes' if r['finite'] else 'NO':>7}{resume:>9}"
+        f"{r['fp64']:>10.1e}{r['images_s']:>10.1f}{r.get('peak_mem_gib', math.nan):>9.2f}"
+        f"{100 * r['share']:>7.1f}%{r['seconds']:>7.0f}s  {'yes' if row_ok(r, tolerance) else 'NO'}"
+    )
+
+
+HEADER = (
+    f"{'method':<11}{'precision':<11}{'finite':>7}{'resume':>9}{'fp64 rel':>10}"
+    f"{'images/s':>10}{'peak GiB':>9}{'% peak':>8}{'time':>8}  ok"
+)
+
+
+def row_from_child(code: int, stdout: str, name: str, precision: str) -> dict[str, Any]:
+    """The row a child printed as its last line, or what its exit says (a signal stops it)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if code == 0 and lines:
+        return json.loads(lines[-1])
+    row = {"method": name, "precision": precision}
+    if code < 0 or code in SIGNAL_EXITS:
+        sig = SIGNAL_EXITS.get(code, f"signal {-code}")
+        return row | {"status": f"stopped by {sig}", "signal": True}
+    return row | {"status": f"failed (exit code {code})"}
+
+
+def run_child(name: str, precision: str, argv: list[str], timeout: float) -> dict[str, Any]:
+    """One row in a child process, stopped after ``timeout`` seconds."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--row", name, precision]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"method": name, "precision": precision, "status": f"over {timeout:.0f} s: stopped"}
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-2000:])
+    row = row_from_child(proc.returncode, proc.stdout, name, precision)
+    return row | {"seconds": time.perf_counter() - t0}  # the child's start-up included
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``None``: ``sys.argv``)."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
     p.add_argument("--accelerator", default="gpu", help="gpu (CUDA) | cpu")
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=30, help="timed steps per row")
+    p.add_argument("--warmup", type=int, default=5, help="steps before timing")
+    p.add_argument("--resume-steps", type=int, default=10, help="steps of the resume check")
+    p.add_argument("--budget-s", type=float, default=480.0, help="whole check, seconds")
+    p.add_argument("--method-cap-s", type=float, default=90.0, help="one row, seconds")
+    p.add_argument("--in-process", action="store_true", help="rows in this process (no caps)")
+    p.add_argument("--jsonl", type=Path, help="append each finished row here as a JSON line")
     p.add_argument("--tiny", action="store_true", help="small widths, mnist5k, batch 8")
     p.add_argument("--data-root", help="dataset root of the paper presets' data")
     p.add_argument("--threads", type=int, default=1, help="CPU threads")
     p.add_argument("--tolerance", type=float, default=1e-3, help="float64 agreement, relative")
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
-    return p.parse_args(argv)
+    p.add_argument("--peaks", type=float, nargs=2, metavar=("BF16", "FP32"), help=argparse.SUPPRESS)
+    p.add_argument("--row", nargs=2, metavar=("METHOD", "PRECISION"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.peaks:
+        args.peaks = dict(zip(PRECISIONS, args.peaks, strict=True))
+    return args
+
+
+def child_argv(argv: list[str], peaks: dict[str, float], out: Path) -> list[str]:
+    """The parent's arguments for a child row: its own peaks and run folder."""
+    keep = [a for a in argv if a != "--in-process"]
+    return [*keep, "--peaks", *(str(peaks[k]) for k in PRECISIONS), "--out", str(out)]
+
+
+class _StopSignalError(Exception):
+    """The check itself received a stop signal."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
     quiet_lightning()
     cuda = args.accelerator != "cpu"
     if cuda and not torch.cuda.is_available():
         print("gpu_check: no CUDA device; use --accelerator cpu for the smoke test")
         return 2
+    if args.row:  # a child: one row, printed as JSON
+        with tempfile.TemporaryDirectory() as tmp:
+            row = check_row(*args.row, args, args.out or Path(tmp))
+        print(json.dumps(row), flush=True)
+        return 0
+    return _check(args, argv, cuda)
+
+
+def _check(args: argparse.Namespace, argv: list[str], cuda: bool) -> int:
     device = "cuda" if cuda else "cpu"
     n = 4096 if cuda else 256
-    peaks = {k: gemm_peak_flops(n, 3, dt, device) for k, dt in PRECISIONS.items()}
+    args.peaks = {k: gemm_peak_flops(n, 3, dt, device) for k, dt in PRECISIONS.items()}
     name = torch.cuda.get_device_name() if cuda else f"CPU ({args.threads} thread(s))"
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.out or Path(tmp)
-        rows = [r for m in args.methods for r in check_method(m, args, root, peaks)]
     print(
-        f"{name}: {n}^3 GEMM peak bf16 {peaks['bf16-mixed'] / 1e12:.3f} TFLOP/s, "
-        f"fp32 {peaks['32-true'] / 1e12:.3f} TFLOP/s; {args.steps} steps per run"
+        f"{name}: {n}^3 GEMM peak bf16 {args.peaks['bf16-mixed'] / 1e12:.3f} TFLOP/s, fp32 "
+        f"{args.peaks['32-true'] / 1e12:.3f} TFLOP/s; {args.steps} timed steps per row, "
+        f"budget {args.budget_s:g} s, {args.method_cap_s:g} s a row",
+        flush=True,
     )
-    print(
-        f"{'method':<11}{'precision':<11}{'finite':>7}{'resume':>9}{'fp64 rel':>10}"
-        f"{'images/s':>10}{'peak GiB':>9}{'% peak':>8}  ok"
-    )
-    failed = False
-    for r in rows:
-        ok = r["finite"] and r["resume"] == 0.0 and r["fp64"] <= args.tolerance
-        failed |= not ok
-        print(
-            f"{r['method']:<11}{r['precision']:<11}{'yes' if r['finite'] else 'NO':>7}"
-            f"{'exact' if r['resume'] == 0.0 else format(r['resume'], '.1e'):>9}"
-            f"{r['fp64']:>10.1e}{r['images_s']:>10.1f}{r['peak_mem_gib']:>9.2f}"
-            f"{100 * r['share']:>7.1f}%  {'yes' if ok else 'NO'}"
-        )
+    print(HEADER, flush=True)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _StopSignalError(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    rows: list[dict[str, Any]] = []
+    start, cut = time.perf_counter(), None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = args.out or Path(tmp)
+            for m in args.methods:
+                for precision in args.precisions:
+                    left = args.budget_s - (time.perf_counter() - start)
+                    if left <= 0:
+                        cut = "the budget is spent"
+                        break
+                    if args.in_process:
+                        row = check_row(m, precision, args, root)
+                    else:
+                        cap = min(args.method_cap_s, left)
+                        row = run_child(m, precision, child_argv(argv, args.peaks, root), cap)
+                    rows.append(row)
+                    print(format_row(row, args.tolerance), flush=True)
+                    if args.jsonl:
+                        with args.jsonl.open("a") as f:
+                            f.write(json.dumps(row | {"device": name}) + "\n")
+                    if row.get("signal") or row.get("stopped_by"):
+                        cut = row.get("status") or f"stopped by {row['stopped_by']}"
+                        break
+                if cut:
+                    break
+    except _StopSignalError as e:
+        cut = f"this check was stopped by {e}"
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    expected = len(args.methods) * len(args.precisions)
     print(
         "(resume: largest weight difference of a run resumed at half way vs uninterrupted; "
         f"fp64 rel: device float32 features vs CPU float64, tolerance {args.tolerance:g})"
     )
+    if cut:
+        print(f"gpu_check: {len(rows)} of {expected} rows; stopped: {cut}", flush=True)
+    failed = cut is not None or len(rows) < expected
+    failed |= not all("status" not in r and row_ok(r, args.tolerance) for r in rows)
     return 1 if failed else 0
 
 

@@ -1,5 +1,11 @@
-"""``benchmarks/gpu_check.py`` runs on the CPU (tiny sizes, 3 steps), so that it cannot rot."""
+"""``benchmarks/gpu_check.py`` runs on the CPU (tiny sizes, a few steps), so that it cannot rot.
 
+All five methods end to end in one process; one row through a child process with its JSON
+line; and what the check does when a row's child is stopped by a signal or the budget is
+spent (it ends with the rows it has, exit code 1).
+"""
+
+import json
 import sys
 from pathlib import Path
 
@@ -10,6 +16,7 @@ from selfcaps.cli.main import build_parser
 from selfcaps.cli.run import prepare_run
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SMOKE = ["--accelerator", "cpu", "--steps", "2", "--warmup", "1", "--resume-steps", "4", "--tiny"]
 
 
 @pytest.fixture
@@ -34,16 +41,76 @@ def test_every_methods_tiny_paper_copy_is_a_valid_run(gpu_check, method, tmp_pat
     parsed.overrides = extra
     cfg, out, ckpt, _ = prepare_run(parsed)
     assert (cfg.preset, cfg.data.name, cfg.trainer.precision) == ("paper", "mnist5k", "bf16-mixed")
+    assert cfg.eval.figures is False  # the resume check draws no figures
     assert ckpt is None and not out.exists()  # checked, nothing written
 
 
-def test_smoke_run_on_the_cpu(gpu_check, capsys):
-    """Both precisions: finite, resumed exactly, float64 agreement; one table row each."""
-    argv = ["--accelerator", "cpu", "--steps", "3", "--tiny", "--methods", "coca"]
+def _rows(out: str) -> list[list[str]]:
+    rows = [line.split() for line in out.splitlines()]
+    return [r for r in rows if r and r[0] in ("coca", "sparsecaps", "mcae", "encapnet", "poe")]
+
+
+@pytest.mark.slow
+def test_all_five_methods_end_to_end_on_the_cpu(gpu_check, capsys, tmp_path):
+    """Finite, resumed exactly, float64 agreement, one table row and one JSON line each."""
+    jsonl = tmp_path / "rows.jsonl"
+    argv = [*SMOKE, "--in-process", "--precisions", "32-true", "--jsonl", str(jsonl)]
     assert gpu_check.main(argv) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    rows = [r for r in rows if r and r[0] == "coca"]
-    assert [r[1] for r in rows] == ["bf16-mixed", "32-true"]
+    rows = _rows(capsys.readouterr().out)
+    assert [r[0] for r in rows] == ["coca", "sparsecaps", "mcae", "encapnet", "poe"]
     for r in rows:
         assert r[2:4] == ["yes", "exact"] and r[-1] == "yes", r
         assert float(r[4]) <= 1e-3  # float32 features against float64
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [x["method"] for x in lines] == ["coca", "sparsecaps", "mcae", "encapnet", "poe"]
+    assert all(x["images_s"] > 0 and x["resume"] == 0.0 for x in lines)
+
+
+@pytest.mark.slow
+def test_a_row_in_a_child_process(gpu_check, capsys):
+    argv = [*SMOKE, "--methods", "coca", "--precisions", "bf16-mixed", "--method-cap-s", "300"]
+    assert gpu_check.main(argv) == 0
+    (row,) = _rows(capsys.readouterr().out)
+    assert row[1:4] == ["bf16-mixed", "yes", "exact"] and row[-1] == "yes", row
+
+
+def test_a_row_stopped_by_a_signal_ends_the_check_with_what_it_has(gpu_check, monkeypatch, capsys):
+    calls = []
+
+    def fake_child(name, precision, argv, timeout):
+        calls.append(name)
+        if name == "sparsecaps":  # an outer `timeout` sent SIGTERM: the run exits 128 + 15
+            return gpu_check.row_from_child(143, "", name, precision)
+        return {
+            "method": name,
+            "precision": precision,
+            "finite": True,
+            "resume": 0.0,
+            "fp64": 0.0,
+            "images_s": 10.0,
+            "share": 0.1,
+            "seconds": 1.0,
+        }
+
+    monkeypatch.setattr(gpu_check, "run_child", fake_child)
+    monkeypatch.setattr(gpu_check, "gemm_peak_flops", lambda *a, **k: 1e9)
+    argv = ["--accelerator", "cpu", "--precisions", "32-true"]
+    assert gpu_check.main(argv) == 1
+    out = capsys.readouterr().out
+    assert calls == ["coca", "sparsecaps"]  # no row started after the stopped one
+    assert "stopped by SIGTERM" in out and "2 of 5 rows" in out
+
+
+def test_a_spent_budget_starts_no_row(gpu_check, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check, "gemm_peak_flops", lambda *a, **k: 1e9)
+    monkeypatch.setattr(gpu_check, "run_child", lambda *a: pytest.fail("a row was started"))
+    assert gpu_check.main(["--accelerator", "cpu", "--budget-s", "0"]) == 1
+    assert "0 of 10 rows; stopped: the budget is spent" in capsys.readouterr().out
+
+
+def test_child_exits_read_as_rows(gpu_check):
+    row = {"method": "coca", "precision": "32-true", "finite": True}
+    assert gpu_check.row_from_child(0, "log line\n" + json.dumps(row), "coca", "32-true") == row
+    assert gpu_check.row_from_child(-9, "", "coca", "32-true")["status"] == "stopped by signal 9"
+    assert gpu_check.row_from_child(130, "", "m", "p")["signal"] is True
+    assert gpu_check.row_from_child(1, "", "m", "p")["status"] == "failed (exit code 1)"

@@ -101,7 +101,7 @@ DEFAULT_REGISTRY = Path("results") / "registry.yaml"
 
 #: Keys that do not change what a run computes and so stay out of the hash: the seed (a row
 #: lists its seeds), where the data live, and how often the run reports and saves (progress
-#: bar, log interval, periodic checkpoints: output only, no arithmetic or random draws).
+#: bar, log interval, periodic checkpoints, figures: output only, no arithmetic or random draws).
 HASH_EXCLUDED = (
     "seed",
     "data.root",
@@ -109,6 +109,7 @@ HASH_EXCLUDED = (
     "trainer.log_every_n_steps",
     "trainer.checkpoint_every_n_minutes",
     "trainer.checkpoint_every_n_steps",
+    "eval.figures",
 )
 #: Keys added after rows were measured, left out of the hash at the value that reproduces the
 #: code before them (so that adding them does not make every row stale); any other value counts.

@@ -71,6 +71,7 @@ _SWITCH_KEYS = {
     "compile": "trainer.compile",
     "skip_nonfinite": "trainer.skip_nonfinite",
     "no_progress": "trainer.progress_bar",
+    "no_figures": "eval.figures",
 }
 
 
@@ -115,6 +116,12 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
         help="skip steps with a non-finite loss or gradient instead of stopping",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="write no figures at the end (they can take a while: SparseCaps encodes "
+        "eval.figure_images images for them)",
+    )
     own = _all_flags().get(method or "", {})
     if own:
         group = p.add_argument_group(f"options of {method}")
@@ -171,7 +178,7 @@ def _overrides_from_args(args: argparse.Namespace, method: str) -> list[tuple[st
         pairs += list(get_record(method).no_training.items())
     for attr, key in _SWITCH_KEYS.items():
         if getattr(args, attr, False):
-            pairs.append((key, attr != "no_progress"))
+            pairs.append((key, not attr.startswith("no_")))
     known = get_record(method).flags
     for flag, specs in _method_flags().items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
@@ -518,7 +525,8 @@ def _train(
         {**method.model_config(), "method": method.name, "selfcaps_version": __version__},
     )
     atomic_write_json(out / "metrics.json", metrics)
-    _write_figures(method, dm, out)
+    if method.cfg.eval.get("figures", True):
+        _write_figures(method, dm, out)
     _print_summary(metrics, out)
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))
