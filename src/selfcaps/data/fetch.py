@@ -146,6 +146,7 @@ def fetch_dataset(
     check_fetchable(name)
     cls = construct or _torchvision_class(name)
     root = Path(root).expanduser().absolute()
+    created = [d for d in (root, *root.parents) if not d.exists()]  # innermost first
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".selfcaps-get-{name}-", dir=root))
     try:
@@ -153,10 +154,14 @@ def fetch_dataset(
             try:
                 cls(str(staging), download=True, **call)
             except (OSError, RuntimeError) as err:
+                shutil.rmtree(staging, ignore_errors=True)
+                for folder in created:  # the folders this call made, if still empty
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
                 urls = "\n".join(f"  {u}" for u in urls_of(cls, call))
                 raise FetchError(
                     f"could not fetch {name}: {type(err).__name__}: {str(err).strip()}\n"
-                    f"Tried:\n{urls}\nNothing was written under {root} (the partial download "
+                    f"Its files come from:\n{urls}\nNothing was written under {root} (the partial download "
                     "was removed). Check the network connection and run the command again."
                 ) from err
         return _move_into(staging, root)
