@@ -161,8 +161,8 @@ def fetch_dataset(
                 urls = "\n".join(f"  {u}" for u in urls_of(cls, call))
                 raise FetchError(
                     f"could not fetch {name}: {type(err).__name__}: {str(err).strip()}\n"
-                    f"Its files come from:\n{urls}\nNothing was written under {root} (the partial download "
-                    "was removed). Check the network connection and run the command again."
+                    f"Its files come from:\n{urls}\nNothing was written under {root} (the partial "
+                    "download was removed). Check the network connection and run the command again."
                 ) from err
         return _move_into(staging, root)
     finally:
