@@ -23,36 +23,27 @@ from selfcaps.data import get_dataset
 from selfcaps.records import get_record
 from tests.data.formats import write_mnist
 from tests.e2e.local_server import point_mnist_at, serve
+from tests.methods.test_mcae_e2e import TINY as MCAE_TINY
+from tests.methods.test_poe_e2e import TINY as POE_TINY
+from tests.methods.test_sparsecaps_e2e import TINY as SPARSECAPS_TINY
 from tests.runs import FAST
+from tests.runs import TINY as COCA_TINY
 
-#: Arguments that make each method's run a few seconds on one thread (small networks,
-#: 64 training images, small evaluations); none of them names a dataset.
+
+def _overrides(args: list[str]) -> list[str]:
+    """The ``key=value`` arguments of a method's tiny end-to-end run (not its flags or data)."""
+    return [a for a in args if "=" in a and not a.startswith("-")]
+
+
+#: ``key=value`` overrides that make each method's run a few seconds on one thread (small
+#: networks, few training images, small evaluations), from the methods' end-to-end tests;
+#: none of them names a dataset.
 SMALL = {
-    "coca": ["eval.baselines=false", "monitor.knn_k=5", "eval.knn_k=5"],
-    "sparsecaps": [
-        "model.conv_channels=8",
-        "model.primary_types=2",
-        "model.decoder_widths=[32,64]",
-        "monitor.bank_size=32",
-        "monitor.knn_k=5",
-        "eval.knn_k=5",
-        "eval.svm_max_train=100",
-        "eval.affnist_fit=100",
-        "eval.affnist_test=100",
-        "eval.figure_images=64",
-    ],
-    "mcae": [
-        "model.dim=16",
-        "model.kernel_size=3",
-        "model.primary_caps=4",
-        "model.caps_dim=4",
-        "model.encoder_caps=4",
-        "model.decoder_caps=1",
-        "model.decoder_dim=4",
-        "eval.finetune_epochs=1",
-    ],
+    "coca": _overrides(COCA_TINY),
+    "sparsecaps": _overrides(SPARSECAPS_TINY),
+    "mcae": [*_overrides(MCAE_TINY), "eval.finetune_epochs=1"],
     "encapnet": [],  # refused before its network is built
-    "poe": ["model.channels=16", "samples.per_capsule=4", "judge.epochs=1"],
+    "poe": [*_overrides(POE_TINY), "trainer.epochs=3"],  # the sum of its stage_epochs
 }
 
 #: What ``selfcaps run METHOD`` does today with no data root: the README's first section
@@ -74,7 +65,7 @@ def fresh_machine(tmp_path, monkeypatch):
 
 def _run(method: str, out, *extra: str) -> int:
     args = ["run", method, "--max-steps", "5", "--out", str(out), *FAST, *SMALL[method]]
-    return main([*args, "data.train_subset=64", "data.eval_batch_size=500", *extra])
+    return main([*args, *extra])
 
 
 @pytest.mark.slow
