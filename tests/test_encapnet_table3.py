@@ -9,6 +9,7 @@ import pytest
 from selfcaps.cli.config import load_config
 from selfcaps.cli.main import build_parser
 from selfcaps.methods.encapnet import EncapNetMethod
+from tests.repo_paths import from_repo
 from tests.scripts import load_script
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -30,12 +31,12 @@ def _config(arm, steps=200):
     argv = table3.run_args(Path("/nonexistent/out"), arm, 0, steps, "/nonexistent/data")
     args, extra = build_parser(argv).parse_known_args(argv)
     args.overrides = list(args.overrides) + extra
-    old = run.check_files_present
-    run.check_files_present = lambda *a: None
+    old = run.check_run_data
+    run.check_run_data = lambda *a: None
     try:
         cfg = run.prepare_run(args)[0]
     finally:
-        run.check_files_present = old
+        run.check_run_data = old
     return cfg
 
 
@@ -94,7 +95,7 @@ def test_cases_compare_arms_that_differ_in_one_thing():
         assert changed == [key] and cfg.loss[key] == value, arm
 
 
-@pytest.mark.skipif(not PAPER.exists(), reason=f"the paper's text is not at {PAPER}")
+@pytest.mark.skipif(not PAPER.exists(), reason=f"the paper's text is not at {from_repo(PAPER)}")
 def test_every_quote_is_the_papers_text():
     def norm(s):  # one space for any whitespace; hyphens dropped (the text breaks "co-\nefficient")
         return re.sub(r"\s+", " ", re.sub(r"-\s*", "", s)).strip()

@@ -149,3 +149,36 @@ def test_load_run_refuses_another_method_and_missing_files(run_dir, tmp_path):
         selfcaps.load_run(tmp_path, checkpoint="last")
     with pytest.raises(CheckpointError, match=r"run directory .*nowhere does not exist"):
         selfcaps.load_run(tmp_path / "nowhere")
+
+
+def test_load_run_is_callable_on_uint8_images_and_gives_embeds_features(embedded, run_dir):
+    """``run(images)``: the dataset's own uint8 images in, the run's evaluation transform
+    applied, ``selfcaps embed``'s features out (its first batch of 200: the same batch)."""
+    written = np.load(embedded["npz"])
+    images = get_dataset("mnist5k", split="val").data[:200]
+    assert images.dtype == torch.uint8
+    run = selfcaps.load_run(run_dir)
+    features = run(images)
+    assert set(features) == set(written.files) - {"labels"}
+    for kind, value in features.items():
+        np.testing.assert_allclose(value.numpy(), written[kind][:200], atol=1e-6, err_msg=kind)
+    one = run(images[7])  # a single (C, H, W) image: another batch size, float32 rounding
+    np.testing.assert_allclose(one["backbone"][0].numpy(), written["backbone"][7], atol=1e-5)
+    assert not run.network.training
+
+
+def test_load_run_transform_is_the_runs_normalisation(run_dir):
+    run = selfcaps.load_run(run_dir)
+    image = get_dataset("mnist5k", split="test").data[0]
+    expected = (image.float() / 255 - 0.1312) / 0.3084  # mnist5k's mean and std, by hand
+    assert torch.allclose(run.transform(image), expected, atol=1e-6)
+    with torch.no_grad():
+        direct = run.network.forward_features(expected.unsqueeze(0))
+    assert torch.allclose(run(image)["backbone"], direct.flatten(1), atol=1e-6)
+    with pytest.raises(ValueError, match=r"expected uint8 images .* got torch.float32"):
+        run(image.float() / 255)  # already scaled: refused, not transformed twice
+
+
+def test_load_run_is_in_eval_mode_create_model_in_training_mode(run_dir):
+    assert not selfcaps.load_run(run_dir).network.training
+    assert selfcaps.create_model("coca", checkpoint_path=run_dir).training

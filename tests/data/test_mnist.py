@@ -139,6 +139,7 @@ def test_only_the_missing_file_is_listed(tmp_path):
 
 
 def test_download_true_is_refused_with_paths(tmp_path):
-    with pytest.raises(DownloadNotSupportedError, match="offline") as err:
+    with pytest.raises(DownloadNotSupportedError, match="loading never downloads") as err:
         MNIST(tmp_path, download=True)
     assert str(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte") in str(err.value)
+    assert "`selfcaps data get mnist --root DIR`" in str(err.value)

@@ -5,6 +5,7 @@ import torch
 
 from selfcaps.data import MNIST, get_dataset
 from tests.data.conftest import shared_data_dir
+from tests.repo_paths import from_repo
 
 DATA = shared_data_dir()
 pytestmark = pytest.mark.shared_data
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.shared_data
 
 def _need(*parts: str) -> None:
     if not DATA.joinpath(*parts).exists():
-        pytest.skip(f"real data not available: {DATA.joinpath(*parts)} is missing")
+        pytest.skip(f"real data not available: {from_repo(DATA.joinpath(*parts))} is missing")
 
 
 def test_mnist_official_files():

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("evaluate", "parameters and FLOPs of a method's network"),
     "bench": ("bench", "all methods on their datasets, same budget, one report"),
     "report": ("report", "the docs' result tables, generated from results/registry.yaml"),
+    "data": ("data_get", "fetch a dataset's official files: `data get NAME --root DIR`"),
     "cache": ("cache", "where decoded datasets are cached (--list), and freeing it (--clear)"),
 }
 _SAME_ARGUMENTS = {"pretrain": "run"}

@@ -35,6 +35,7 @@ from selfcaps.cli.config import (
     load_yaml,
     parse_overrides,
 )
+from selfcaps.cli.data_get import check_run_data
 from selfcaps.cli.provenance import git_commit, machine
 from selfcaps.cli.rundir import can_create, make_run_dir, remove_if_empty, resume_argv
 from selfcaps.config_checks import check_config
@@ -237,7 +238,7 @@ def prepare_run(args: argparse.Namespace) -> tuple[DictConfig, Path, Path | None
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_dataset_name(str(cfg.data.name))
-    check_files_present(str(cfg.data.name), cfg.data.root, source)  # the loader's error, no torch
+    check_run_data(name, str(cfg.data.name), cfg.data.root, source)  # the loader's error, no torch
     out = args.out or _default_out(cfg)
     torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not os.environ.get("SELFCAPS_OUT")
     if args.out is None and torchrun:

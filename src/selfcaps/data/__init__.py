@@ -3,9 +3,10 @@
 Start with :func:`get_dataset` (by name and split) or :func:`get_splits`, and
 :func:`default_transforms`.
 Every dataset holds ``data`` (uint8 ``(N, C, H, W)``), ``targets`` (long ``(N,)``)
-and ``classes``, and returns ``(transform(image), label)``. Nothing is ever
-downloaded: missing files raise :class:`DatasetNotFoundError` listing where they
-were looked for.
+and ``classes``, and returns ``(transform(image), label)``. Loading never
+downloads: missing files raise :class:`DatasetNotFoundError` listing where they
+were looked for and how to get them; ``selfcaps data get NAME`` (:mod:`~selfcaps.data.fetch`)
+fetches MNIST, Fashion-MNIST, CIFAR-10/100 and SVHN when asked.
 
 The package imports its modules on first use of a name, so that the torch-free
 ones (:mod:`~selfcaps.data.layouts`, :mod:`~selfcaps.data.errors`,

@@ -7,8 +7,8 @@
   what it claims (bad magic number, truncated, wrong shape, undecodable image).
 * :class:`UnsafePickleError`: a pickle asked for something a dataset file never
   needs (a :class:`CorruptDatasetError`, so code catching corrupt files catches it).
-* :class:`DownloadNotSupportedError`: ``download=True`` was passed; selfcaps never
-  downloads.
+* :class:`DownloadNotSupportedError`: ``download=True`` was passed; loading never
+  downloads (``selfcaps data get`` does, when asked: :mod:`selfcaps.data.fetch`).
 """
 
 from __future__ import annotations
@@ -25,11 +25,26 @@ __all__ = [
     "corrupt_on_error",
 ]
 
-_PUT_FILES_THERE = (
-    "selfcaps never downloads data: copy the official files to the paths above, "
-    "or point --data-root (root=...) or the SELFCAPS_DATA environment variable at a "
-    "directory that has them."
-)
+def where_to_get(dataset: str) -> str:
+    """The last line of a not-found message: how to get the files of ``dataset``.
+
+    Examples:
+        >>> print(where_to_get("mnist"))  # doctest: +NORMALIZE_WHITESPACE
+        To fetch them: `selfcaps data get mnist --root DIR`, then pass --data-root DIR (root=DIR
+        in Python) or set SELFCAPS_DATA=DIR; or copy the official files to the paths above.
+    """
+    from selfcaps.data.fetch import FETCHABLE, fetch_command
+
+    if dataset in FETCHABLE:
+        return (
+            f"To fetch them: `{fetch_command(dataset)}`, then pass --data-root DIR (root=DIR in "
+            "Python) or set SELFCAPS_DATA=DIR; or copy the official files to the paths above."
+        )
+    return (
+        "selfcaps cannot fetch this dataset (docs/datasets.md says where to get it): copy the "
+        "official files to the paths above, or point --data-root (root=... in Python) or the "
+        "SELFCAPS_DATA environment variable at a directory that has them."
+    )
 
 
 def _bullets(paths: Sequence[str | Path]) -> str:
@@ -44,22 +59,31 @@ class DatasetNotFoundError(FileNotFoundError):
         looked_for: Every path (file or directory) that was tried.
         root: The data root that was used.
         root_source: Where the root came from.
+        also: A further way forward, on the message's last line (e.g. the embedded
+            dataset a run can train on instead), or ``""``.
     """
 
     def __init__(
-        self, dataset: str, looked_for: Sequence[str | Path], root: str | Path, root_source: str
+        self,
+        dataset: str,
+        looked_for: Sequence[str | Path],
+        root: str | Path,
+        root_source: str,
+        also: str = "",
     ) -> None:
         self.dataset = dataset
         self.looked_for = [str(p) for p in looked_for]
         self.root = str(root)
         self.root_source = root_source
+        self.also = also
         super().__init__(
             f"dataset {dataset!r} not found under data root {root} (root from {root_source}).\n"
-            f"Looked for:\n{_bullets(self.looked_for)}\n{_PUT_FILES_THERE}"
+            f"Looked for:\n{_bullets(self.looked_for)}\n{where_to_get(dataset)}"
+            + (f"\n{also}" if also else "")
         )
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # picklable across processes
-        return type(self), (self.dataset, self.looked_for, self.root, self.root_source)
+        return type(self), (self.dataset, self.looked_for, self.root, self.root_source, self.also)
 
 
 class CorruptDatasetError(ValueError):
@@ -95,9 +119,9 @@ class DownloadNotSupportedError(RuntimeError):
         self.dataset = dataset
         self.expected = [str(p) for p in expected]
         super().__init__(
-            f"download=True is not supported for dataset {dataset!r}: selfcaps works "
-            f"offline. Put its files here instead:\n{_bullets(self.expected)}\n"
-            "then pass download=False (the default)."
+            f"download=True is not supported for dataset {dataset!r}: loading never "
+            f"downloads. Put its files here instead:\n{_bullets(self.expected)}\n"
+            f"then pass download=False (the default). {where_to_get(dataset)}"
         )
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:  # picklable across processes

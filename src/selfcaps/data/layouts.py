@@ -348,7 +348,7 @@ def check_files_present(
         Looked for:
           /nowhere/SVHN/train_32x32.mat
           /nowhere/train_32x32.mat
-        selfcaps never downloads data: ...
+        To fetch them: `selfcaps data get svhn --root DIR`, then pass --data-root DIR ...
     """
     root_path, source = resolve_root(root, root_source)
     if name.startswith(IMAGEFOLDER_PREFIX):

@@ -1,20 +1,26 @@
 """A run directory as a trained model, in one call: :func:`load_run` and :func:`load_method`.
 
 :func:`load_run` gives the network (``selfcaps.create_model``'s, in ``eval()``
-mode) with the run's resolved configuration; it imports Lightning only for a run
-without ``config.json`` (one that stopped before writing its weights), whose
-network arguments come from the method. :func:`load_method` gives the method's
-LightningModule (what ``selfcaps eval`` and ``selfcaps embed`` use: its
-``features`` and transforms).
+mode) with the run's resolved configuration, and is itself callable on a dataset's own
+uint8 images: ``run(images)`` applies the run's evaluation transform and returns the
+features ``selfcaps embed`` writes. Loading imports Lightning only for a run without
+``config.json`` (one that stopped before writing its weights), whose network arguments
+come from the method; the first ``run(images)`` imports it to build the method's
+transform. :func:`load_method` gives the method's LightningModule (what ``selfcaps
+eval`` and ``selfcaps embed`` use: its ``features`` and transforms).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+import torch
 import yaml
-from torch import nn
+from torch import Tensor, nn
 
 from selfcaps.models import create_model
 from selfcaps.models.weights import (
@@ -31,11 +37,21 @@ if TYPE_CHECKING:
 __all__ = ["LoadedRun", "load_method", "load_run", "run_config"]
 
 
-class LoadedRun(NamedTuple):
-    """What :func:`load_run` returns.
+@dataclass
+class LoadedRun:
+    """What :func:`load_run` returns: the trained network, and features of images in one call.
+
+    ``run(images)`` takes images as the dataset holds them (``get_dataset(...).data``, or
+    ``ds[i][0]`` of a dataset without transform): uint8, ``(C, H, W)`` or ``(B, C, H, W)``.
+    It applies the run's evaluation transform (:attr:`transform`: scaling to ``[0, 1]``,
+    the dataset's normalisation, SparseCaps' canvas, ...) and returns the method's named
+    features (CoCa: ``backbone``, ``capsule``, ``embedding``), each ``(B, D)``: the values
+    ``selfcaps embed`` writes for the same images. No gradients; :attr:`network` stays in
+    ``eval()`` mode.
 
     Attributes:
-        network: The trained network, in ``eval()`` mode.
+        network: The trained network, in ``eval()`` mode. Its ``forward_features`` takes
+            images *after* the run's evaluation transform (floats, normalised).
         config: The run's resolved configuration (``config.yaml``; ``{}`` without one).
         model_config: ``model``, ``model_kwargs`` and ``method`` that rebuild the network
             (``config.json``, or derived from ``config.yaml``).
@@ -46,6 +62,61 @@ class LoadedRun(NamedTuple):
     config: dict[str, Any]
     model_config: dict[str, Any]
     weights: Path
+    _method: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def _features_method(self) -> CapsuleMethod:
+        """The run's method around :attr:`network` (built on first use; imports Lightning)."""
+        if self._method is None:
+            if not self.config.get("method"):
+                raise CheckpointError(
+                    f"{self.weights}: the run has no config.yaml, so its evaluation transform "
+                    "is unknown; call run.network on images you have transformed yourself"
+                )
+            from selfcaps.methods import get_method
+
+            cfg = copy.deepcopy(self.config)
+            cfg.setdefault("trainer", {})["compile"] = False
+            method = get_method(cfg["method"])(cfg)
+            method.net = self.network  # the very network of this run, not a copy
+            self._method = method.eval()
+        return self._method
+
+    @property
+    def transform(self) -> Callable[[Tensor], Any]:
+        """The run's evaluation transform: one uint8 ``(C, H, W)`` image -> the network's input."""
+        return self._features_method().build_transforms()[1]
+
+    def __call__(self, images: Tensor) -> dict[str, Tensor]:
+        """Features of a dataset's own images, through the run's evaluation transform.
+
+        Args:
+            images: uint8 ``(C, H, W)`` or ``(B, C, H, W)``, as the dataset holds them.
+
+        Returns:
+            ``{kind: (B, D) tensor}``, the kinds and values of ``selfcaps embed``.
+
+        Raises:
+            ValueError: Not uint8 images (already transformed images go to :attr:`network`).
+            CheckpointError: The run has no ``config.yaml`` (its transform is unknown).
+        """
+        if images.dtype != torch.uint8 or images.dim() not in (3, 4):
+            raise ValueError(
+                "run(images): expected uint8 images (C, H, W) or (B, C, H, W) as the dataset "
+                f"holds them, got {images.dtype} of shape {tuple(images.shape)}; the run's "
+                "evaluation transform scales and normalises them (for images you have "
+                "transformed yourself, call run.network.forward_features)"
+            )
+        batch = images.unsqueeze(0) if images.dim() == 3 else images
+        method = self._features_method()
+        transform = method.build_transforms()[1]
+        x = torch.stack([transform(image) for image in batch])
+        was_training = self.network.training
+        self.network.eval()
+        try:
+            with torch.no_grad():
+                return method.features(x)
+        finally:
+            self.network.train(was_training)
 
 
 def run_config(run_dir: Path | str) -> dict[str, Any]:
@@ -77,8 +148,11 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", method: str | None =
         method: If given, the run must be of this method.
 
     Returns:
-        The network in ``eval()`` mode, the run's configuration, the network's
-        arguments and the weights' file (:class:`LoadedRun`).
+        A :class:`LoadedRun`: the network in ``eval()`` mode (``create_model(...,
+        checkpoint_path=RUN_DIR)`` gives the same weights in training mode), the run's
+        configuration, the network's arguments and the weights' file. Called on a
+        dataset's own uint8 images, it applies the run's evaluation transform and returns
+        the features ``selfcaps embed`` writes.
 
     Raises:
         CheckpointError: A missing or unreadable file, a run of another method, or
@@ -87,7 +161,9 @@ def load_run(run_dir: Path | str, checkpoint: str = "best", method: str | None =
     Examples:
         >>> import selfcaps
         >>> run = selfcaps.load_run("runs/coca_quick")  # doctest: +SKIP
-        >>> features = run.network.forward_features(images)  # doctest: +SKIP
+        >>> images = selfcaps.data.get_dataset("mnist5k", split="test").data[:8]  # doctest: +SKIP
+        >>> run(images)["backbone"].shape  # uint8 in, the run's transform applied  # doctest: +SKIP
+        torch.Size([8, 2048])
     """
     run_dir = Path(run_dir)
     weights_file = run_weights_file(run_dir, checkpoint)

@@ -109,7 +109,9 @@ def create_model(
         **kwargs: Passed to the model's constructor.
 
     Returns:
-        The model (in training mode, as built).
+        The model in training mode, as PyTorch builds modules, with or without
+        ``checkpoint_path``: call ``.eval()`` before computing features (batch norm, dropout).
+        ``selfcaps.load_run`` gives a run's network in ``eval()`` mode.
 
     Raises:
         ValueError: An unknown name (the message lists the valid ones), or

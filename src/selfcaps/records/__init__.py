@@ -85,6 +85,8 @@ class MethodRecord:
         bench_notes: Further ``metrics.json`` values for the bench's notes column, as
             ``{label: key}``: what a reader needs to judge the top-1.
         bench_datasets: The datasets ``selfcaps bench`` runs the method on.
+        embedded_data: A dataset that ships with selfcaps (no files to fetch) the method
+            trains on, suggested when the data of a run is missing; None: none fits its network.
         paper_results: The paper's headline top-1 per dataset, for the bench report.
         claim: The paper's central claim as a paired comparison (``selfcaps bench
             --suite claims``); None: the method has none.
@@ -104,6 +106,7 @@ class MethodRecord:
         default_factory=lambda: {"capsule kNN": "knn_top1_capsule"}
     )
     bench_datasets: tuple[str, ...] = ("mnist5k", "mnist", "cifar10")
+    embedded_data: str | None = "mnist5k"
     paper_results: Mapping[str, float] = field(default_factory=dict)
     claim: Claim | None = None
 
