@@ -115,8 +115,13 @@ def test_lifetime_boost_branch_free_against_algorithm_1():
         assert torch.equal(boost.freq_ema, ema) and torch.equal(boost.boost, b), n
 
 
-def test_batch_transform_on_an_accelerator_reads_nothing_and_equals_the_cpu_path():
-    t = BatchSimCLRTransform(input_size=32, channels=3)  # hue jitter on: the sorted path
+@pytest.mark.parametrize(
+    "recipe",
+    [{}, {"degrees": 15.0, "blur_prob": 0.5}],  # CIFAR's (hue on); with rotation and blur
+)
+def test_batch_transform_on_an_accelerator_reads_nothing_and_equals_the_cpu_path(recipe):
+    """One pass for every view, whole batch, hue where due, against the CPU path's views."""
+    t = BatchSimCLRTransform(input_size=32, channels=3, **recipe)
     t.chunk_size = 8
     x = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8)
     cpu = t(x, torch.Generator().manual_seed(5))

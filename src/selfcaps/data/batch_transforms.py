@@ -570,45 +570,58 @@ class BatchSimCLRTransform(SimCLRTransform):
             >>> len(p), p[0].height.shape, p[0].order.shape
             (2, torch.Size([4]), torch.Size([4, 4]))
         """
+        draws, angles = self._draws(batch_size, generator, device)
+        views = range(len(self.transforms))
+        return [
+            self._params(draws[:, v], None if angles is None else angles[:, v], height, width)
+            for v in views
+        ]
+
+    def _draws(
+        self,
+        batch_size: int,
+        generator: torch.Generator | None,
+        device: torch.device | str | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Uniform draws ``(B, views, k)`` and rotation angles ``(B, views)`` (or ``None``)."""
         r = self.recipe
         src = generator.device if generator is not None else torch.device("cpu")
         dev = torch.device(device) if device is not None else src
         draws = torch.rand(
             batch_size, len(self.transforms), _DRAWS, generator=generator, device=src
         ).to(dev)
+        angles = None
+        if r.degrees > 0:  # drawn after the others: recipes without rotation keep their views
+            a = torch.rand(batch_size, len(self.transforms), generator=generator, device=src)
+            angles = (2.0 * a.to(dev) - 1.0) * r.degrees
+        return draws, angles
+
+    def _params(self, u: Tensor, angle: Tensor | None, height: int, width: int) -> SimCLRParams:
+        """The parameters of each row of uniform draws ``u`` ``(N, k)`` (one per image and view)."""
+        r, dev = self.recipe, u.device
         identity = torch.tensor([1.0, 1.0, 1.0, 0.0], device=dev)
         lo = torch.tensor([j[0] if j else 0.0 for j in r.jitter], device=dev)
         hi = torch.tensor([j[1] if j else 0.0 for j in r.jitter], device=dev)
         enabled = torch.tensor([j is not None for j in r.jitter], device=dev)
-        angles: list[Tensor | None] = [None] * len(self.transforms)
-        if r.degrees > 0:  # drawn after the others: recipes without rotation keep their views
-            a = torch.rand(batch_size, len(self.transforms), generator=generator, device=src)
-            a = a.to(dev)
-            angles = list(((2.0 * a - 1.0) * r.degrees).unbind(dim=1))
-        params = []
-        for u, angle in zip(draws.unbind(dim=1), angles, strict=True):
-            top, left, h, w = _crop_boxes(u, height, width, r.scale, r.ratio)
-            factors = torch.where(enabled, lo + (hi - lo) * u[:, _FACTORS], identity)
-            params.append(
-                SimCLRParams(
-                    top=top,
-                    left=left,
-                    height=h,
-                    width=w,
-                    flip=u[:, _FLIP] < r.hf_prob,
-                    jitter=u[:, _JITTER] < r.cj_prob,
-                    order=u[:, _ORDER].argsort(dim=1),
-                    brightness=factors[:, 0],
-                    contrast=factors[:, 1],
-                    saturation=factors[:, 2],
-                    hue=factors[:, 3],
-                    gray=u[:, _GRAY] < r.gray_prob,
-                    blur=u[:, _BLUR] < r.blur_prob,
-                    sigma=r.sigmas[0] + (r.sigmas[1] - r.sigmas[0]) * u[:, _SIGMA],
-                    angle=angle,
-                )
-            )
-        return params
+        top, left, h, w = _crop_boxes(u, height, width, r.scale, r.ratio)
+        factors = torch.where(enabled, lo + (hi - lo) * u[:, _FACTORS], identity)
+        return SimCLRParams(
+            top=top,
+            left=left,
+            height=h,
+            width=w,
+            flip=u[:, _FLIP] < r.hf_prob,
+            jitter=u[:, _JITTER] < r.cj_prob,
+            order=u[:, _ORDER].argsort(dim=1),
+            brightness=factors[:, 0],
+            contrast=factors[:, 1],
+            saturation=factors[:, 2],
+            hue=factors[:, 3],
+            gray=u[:, _GRAY] < r.gray_prob,
+            blur=u[:, _BLUR] < r.blur_prob,
+            sigma=r.sigmas[0] + (r.sigmas[1] - r.sigmas[0]) * u[:, _SIGMA],
+            angle=angle,
+        )
 
     def apply(self, images: Tensor, params: SimCLRParams) -> Tensor:
         """One view of a batch under given parameters.
@@ -687,5 +700,15 @@ class BatchSimCLRTransform(SimCLRTransform):
         if images.ndim != 4:
             raise ValueError(f"expected (B, C, H, W) or (C, H, W), got shape {tuple(images.shape)}")
         B, _, H, W = images.shape
+        if not cpu_path(images):  # every view in one pass: the same draws, half the kernels
+            draws, angles = self._draws(B, generator, images.device)
+            V = draws.shape[1]
+            joint = self._params(
+                draws.transpose(0, 1).reshape(V * B, -1),
+                None if angles is None else angles.t().reshape(V * B),
+                H,
+                W,
+            )
+            return list(self.apply(images.repeat(V, 1, 1, 1), joint).split(B))
         params = self.sample_params(B, H, W, generator, device=images.device)
         return [self.apply(images, p) for p in params]
