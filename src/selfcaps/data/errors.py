@@ -25,6 +25,7 @@ __all__ = [
     "corrupt_on_error",
 ]
 
+
 def where_to_get(dataset: str) -> str:
     """The last line of a not-found message: how to get the files of ``dataset``.
 
