@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.functional import safe_norm, unit_vector
 
 __all__ = [
@@ -93,12 +94,12 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
     the plan sum exactly to ``b``; the rows approach ``a`` as ``iters`` grows.
 
     Args:
-        cost: ``(N, M)`` ground cost.
+        cost: ``(N, M)`` ground cost, or ``(..., N, M)``: independent problems solved together.
         epsilon: Entropic regularisation (> 0).
         iters: Sinkhorn iterations ``L`` (>= 1).
 
     Returns:
-        ``log P`` ``(N, M)``.
+        ``log P`` of the shape of ``cost``.
 
     Examples:
         >>> P = sinkhorn_log_plan(torch.zeros(2, 2), epsilon=1.0, iters=1).exp()
@@ -108,14 +109,14 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
     """
     if epsilon <= 0 or iters < 1:
         raise ValueError(f"need epsilon > 0 and iters >= 1, got {epsilon}, {iters}")
-    N, M = cost.shape
+    *lead, N, M = cost.shape
     log_k = -cost / epsilon
     log_a, log_b = -math.log(N), -math.log(M)
-    log_v = cost.new_full((M,), log_b)
+    log_v = cost.new_full((*lead, M), log_b)
     for _ in range(iters):
-        log_u = log_a - torch.logsumexp(log_k + log_v.unsqueeze(0), dim=1)
-        log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(1), dim=0)
-    return log_u.unsqueeze(1) + log_k + log_v.unsqueeze(0)
+        log_u = log_a - torch.logsumexp(log_k + log_v.unsqueeze(-2), dim=-1)
+        log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(-1), dim=-2)
+    return log_u.unsqueeze(-1) + log_k + log_v.unsqueeze(-2)
 
 
 def sinkhorn_cost(
@@ -144,15 +145,21 @@ def sinkhorn_cost(
     """
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
-    q = ground_cost(x, y, cost)
+    return _plan_cost(ground_cost(x, y, cost), epsilon, iters, objective, detach_plan)
+
+
+def _plan_cost(
+    q: Tensor, epsilon: float, iters: int, objective: Objective, detach_plan: bool
+) -> Tensor:
+    """``<Q, P>`` (+ the entropic term) of each problem in ``q`` ``(..., N, M)``."""
     log_p = sinkhorn_log_plan(q, epsilon, iters)
     if detach_plan:
         log_p = log_p.detach()
     p = log_p.exp()
-    w = (p * q).sum()
+    w = (p * q).sum((-2, -1))
     if objective == "entropic":
-        log_ab = -math.log(q.shape[0]) - math.log(q.shape[1])
-        w = w + epsilon * ((p * (log_p - log_ab)).sum() - p.sum() + 1.0)
+        log_ab = -math.log(q.shape[-2]) - math.log(q.shape[-1])
+        w = w + epsilon * ((p * (log_p - log_ab)).sum((-2, -1)) - p.sum((-2, -1)) + 1.0)
     return w
 
 
@@ -202,6 +209,11 @@ class SinkhornDivergence(nn.Module):
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         """Divergence between samples ``x`` ``(N, ...)`` and ``y`` ``(M, ...)`` (flattened)."""
         x, y = x.flatten(1), y.flatten(1)
+        if self.debias and x.shape[0] == y.shape[0] and not cpu_path(x):
+            # An accelerator: the three problems of eq. 11 in one batched Sinkhorn loop.
+            q = torch.stack([ground_cost(a, b, self.cost) for a, b in ((x, y), (x, x), (y, y))])
+            w = _plan_cost(q, self.epsilon, self.iters, self.objective, self.detach_plan)
+            return 2.0 * w[0] - w[1] - w[2]
         w_xy = self._w(x, y)
         if not self.debias:
             return w_xy
