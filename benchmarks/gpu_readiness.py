@@ -167,7 +167,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     flops = fc.get_total_flops() / batch
     ms = data_ms(dm, args.data_batches)
     workers = max(int(dm.cfg.data.num_workers or 0), 1)
-    breaks = None if args.no_compile_check else graph_breaks(method, dm)
+    with sized_for(args.sizing):
+        breaks = None if args.no_compile_check else graph_breaks(method, dm)
     row = {
         "method": name,
         "batch_size": batch,

@@ -87,3 +87,17 @@ def test_table_and_projection_arithmetic(readiness):
     # 100 ops x 10 us + 1 sync x 100 us = 1.1 ms; compute 4e6 / 1e12 s; data 0.5 ms
     assert readiness.projection(row, args) == (pytest.approx(4 / 1.1e-3), "launches")
     assert "x" in readiness.table([row], args)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["coca", "sparsecaps", "mcae"])
+def test_no_graph_breaks_in_the_loss_on_an_accelerator(readiness, method):
+    """``torch._dynamo.explain`` of the method's ``compute_loss`` on one augmented batch, with
+    the hot loops sized as on a GPU: one graph (custom autograd Functions traced whole)."""
+    from _method_steps import build_method
+    from selfcaps.caps.chunking import sized_for
+
+    args = readiness.parse_args(["--tiny"])
+    m, dm = build_method(method, "paper", readiness.overrides(method, args))
+    with sized_for("accelerator"):
+        assert readiness.graph_breaks(m, dm) == 0

@@ -139,3 +139,23 @@ def test_real_compile_traces_the_loss(monkeypatch):
     loss, _ = method.compute_loss(_batch(method, 2))
     params = {p.data_ptr() for p in method.network.parameters()}
     assert torch.isfinite(loss) and params <= set().union(*graphs)
+
+
+def test_compile_mode_by_device_and_by_key(monkeypatch):
+    """``trainer.compile_mode``: null gives torch's default on a CPU and reduce-overhead
+    (CUDA graphs) on a CUDA GPU; a value is used as given; anything else is refused."""
+    from selfcaps.config_checks import check_config
+
+    cls = get_method("coca")
+    cfg = load_config("coca", "quick")
+    assert cls(cfg).compile_mode is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cfg.trainer.accelerator = "gpu"
+    method = cls.__new__(cls)
+    method.cfg = cfg  # the property reads only the configuration
+    assert method.compile_mode == "reduce-overhead"
+    cfg.trainer.compile_mode = "max-autotune"
+    assert method.compile_mode == "max-autotune"
+    cfg.trainer.compile_mode = "fast"
+    with pytest.raises(ValueError, match=r"trainer\.compile_mode"):
+        check_config("coca", cfg)

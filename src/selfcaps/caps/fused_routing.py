@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from selfcaps.caps.chunking import CPU_CHUNK_ELEMENTS, batch_chunk
+from selfcaps.caps.chunking import CPU_CHUNK_ELEMENTS, batch_chunk, cpu_path
 from selfcaps.caps.functional import SQUASH_EPS, squash, unit_vector
 from selfcaps.caps.routing import Agreement, Normalize
 
@@ -51,11 +51,13 @@ def _chunk_size(x: Tensor, n_children: int, out_caps: int, out_dim: int) -> int:
 
 
 def _vjp(fn: Any, x: Tensor, grad: Tensor) -> Tensor:
-    """Vector-Jacobian product of an element-wise capsule map on a small tensor."""
-    with torch.enable_grad():
-        x = x.detach().requires_grad_(True)
-        (g,) = torch.autograd.grad(fn(x), x, grad)
-    return g
+    """Vector-Jacobian product of an element-wise capsule map on a small tensor.
+
+    ``torch.func.vjp``: the same backward ops as ``torch.autograd.grad`` (equal results),
+    and ``torch.compile`` traces it without a graph break.
+    """
+    _, pull = torch.func.vjp(fn, x.detach())
+    return pull(grad)[0]
 
 
 class _Workspace:
@@ -85,11 +87,37 @@ class _Workspace:
         return buf[:numel].view(*shape)
 
 
+class _Fresh:
+    """Freshly allocated chunk buffers: in inference mode, and on an accelerator.
+
+    Cached buffers created in inference mode would be inference tensors, which a later
+    training step may not write to. On an accelerator the device's caching allocator
+    already reuses memory, and a cache kept here would be a side effect that
+    ``torch.compile`` cannot trace (a graph break).
+    """
+
+    def __init__(self, ref: Tensor) -> None:
+        self.ref = ref
+
+    def get(self, name: str, *shape: int) -> Tensor:
+        return self.ref.new_empty(shape)
+
+
+def _buffers(ref: Tensor) -> _Workspace | _Fresh:
+    """Reused scratch buffers on the CPU path, fresh ones on an accelerator."""
+    return _Workspace(ref) if cpu_path(ref) else _Fresh(ref)
+
+
 class _Votes:
     """A chunk's votes in two layouts, ``u`` ``(K, N, D)`` and ``uT`` ``(K, D, N)``; ``K = b*M``."""
 
     def __init__(
-        self, x: Tensor, weight: Tensor, out_caps: int, agreement: Agreement, ws: _Workspace
+        self,
+        x: Tensor,
+        weight: Tensor,
+        out_caps: int,
+        agreement: Agreement,
+        ws: _Workspace | _Fresh,
     ) -> None:
         b, N, Din = x.shape
         MD = weight.shape[-1]
@@ -145,7 +173,7 @@ def _route_backward(
     agreement: Agreement,
     softmax_dim: int,
     detach_intermediate: bool,
-    ws: _Workspace,
+    ws: _Workspace | _Fresh,
 ) -> Tensor:
     """Gradient of the routing with respect to the votes, in layout ``(K, D, N)``."""
     K, N, D = vt.u.shape
@@ -203,7 +231,7 @@ class _FusedDenseRouting(torch.autograd.Function):
         chunk = _chunk_size(x, N, out_caps, D)
         v_out = x.new_empty(B, out_caps, D)
         c_out = x.new_empty(B, out_caps, N)
-        ws = _Workspace(x)
+        ws = _buffers(x)
         for i in range(0, B, chunk):
             vt = _Votes(x[i : i + chunk], weight, out_caps, agreement, ws)
             v, tr = _route(vt, iters, agreement, softmax_dim)
@@ -222,7 +250,7 @@ class _FusedDenseRouting(torch.autograd.Function):
         B, N, _ = x.shape
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        ws = _Workspace(x)
+        ws = _buffers(x)
         for i in range(0, B, chunk):
             xc = x[i : i + chunk]
             vt = _Votes(xc, weight, out_caps, agreement, ws)

@@ -44,27 +44,13 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from selfcaps.caps.chunking import cpu_path
-from selfcaps.caps.fused_routing import _Workspace
+from selfcaps.caps.fused_routing import _Fresh, _Workspace
 
 __all__ = ["ACCELERATOR_ELEMENTS", "fused_self_routing", "weighted_vote_sum"]
 
 _CHUNK_ELEMENTS = 1 << 19  # elements of Y per chunk on a CPU: 2 MB in float32
 #: Elements of ``Y`` (all parents' weighted inputs) per group on an accelerator: 1 GiB in float32.
 ACCELERATOR_ELEMENTS = 1 << 28
-
-
-class _Fresh:
-    """Freshly allocated chunk buffers, for inference mode.
-
-    Cached buffers created there would be inference tensors, which a later training
-    step may not write to.
-    """
-
-    def __init__(self, ref: Tensor) -> None:
-        self.ref = ref
-
-    def get(self, name: str, *shape: int) -> Tensor:
-        return self.ref.new_empty(shape)
 
 
 def _workspace(ref: Tensor) -> _Workspace | _Fresh:

@@ -113,7 +113,11 @@ HASH_EXCLUDED = (
 )
 #: Keys added after rows were measured, left out of the hash at the value that reproduces the
 #: code before them (so that adding them does not make every row stale); any other value counts.
-HASH_OMITTED_AT = {"trainer.routing_precision": "float32", "cd.orthogonal_encoder": False}
+HASH_OMITTED_AT = {
+    "trainer.routing_precision": "float32",
+    "cd.orthogonal_encoder": False,
+    "trainer.compile_mode": None,
+}
 #: Keys hashed at one value whatever they are set to: they change neither the arithmetic nor
 #: the random draws, and rows were measured with this value. Loader workers: every item is
 #: transformed under its own seeded generator, so any number of workers gives the same batches.

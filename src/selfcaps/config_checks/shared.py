@@ -56,6 +56,14 @@ def check(cfg: Any) -> None:
         f"0 unless optim.scheduler is cosine (it is {scheduler})",
         warmup,
     )
+    check_key(
+        cfg,
+        "trainer.compile_mode",
+        lambda v: (
+            v in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+        ),
+        "null, default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs",
+    )
     check_key(cfg, "data.batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.eval_batch_size", _positive, "a batch size >= 1")
     check_key(cfg, "data.val_fraction", lambda v: 0 < v < 1, "a fraction in (0, 1)")

@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 from selfcaps.caps.chunking import sizing
 from selfcaps.data import DatasetInfo, dataset_info
 from selfcaps.eval import knn_evaluate
-from selfcaps.methods.datamodule import mix_seed
+from selfcaps.methods.datamodule import mix_seed, on_accelerator
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.retrieval import retrieval_figure
 from selfcaps.methods.schedules import cosine_schedule
@@ -138,7 +138,7 @@ class CapsuleMethod(L.LightningModule):
         self.info = _dataset_info(self.cfg.data)
         self.net = self.build_network()
         if self.cfg.trainer.compile:  # forward only: see compiled() for the rest
-            self.net = torch.compile(self.net)  # type: ignore[assignment]
+            self.net = torch.compile(self.net, mode=self.compile_mode)  # type: ignore[assignment]
         self.nonfinite_skipped = 0
         self._train_batches_seen = 0
         #: The run directory, set by the CLI before evaluation; methods that write
@@ -215,6 +215,19 @@ class CapsuleMethod(L.LightningModule):
         """The uncompiled network (what is saved and evaluated)."""
         return getattr(self.net, "_orig_mod", self.net)
 
+    @property
+    def compile_mode(self) -> str | None:
+        """``torch.compile``'s mode: ``trainer.compile_mode``, else by the device.
+
+        On a CUDA GPU ``reduce-overhead``: the compiled step is captured as a CUDA graph
+        and replayed with one launch (shapes are static and nothing in it reads the
+        device on the host). Elsewhere torch's default.
+        """
+        mode = self.cfg.trainer.get("compile_mode")
+        if mode is not None:
+            return str(mode)
+        return "reduce-overhead" if on_accelerator(self.cfg) and torch.cuda.is_available() else None
+
     def compiled(self, fn: Callable[P, R]) -> Callable[P, R]:
         """``fn`` as the loss should call it: through ``torch.compile`` under ``trainer.compile``.
 
@@ -232,7 +245,7 @@ class CapsuleMethod(L.LightningModule):
             return fn
         cache: dict[Any, Any] = self.__dict__.setdefault("_compiled_calls", {})
         if fn not in cache:
-            cache[fn] = torch.compile(fn)
+            cache[fn] = torch.compile(fn, mode=self.compile_mode)
         return cache[fn]
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
