@@ -64,7 +64,8 @@ VERDICT = re.compile(
 #: Verdict words named rather than used: in italics, in a rule, in a question.
 _TERM = re.compile(r"(?<!\*)\*(?:holds|reversed|equivalent|not resolved[^*]*)\*(?!\*)", re.I)
 _RULE = re.compile(
-    r"\b(?:holds|reversed|resolved|equivalent)\**\s+(?:only\s+)?(?:if|when|unless)\b|\bwhether\b",
+    r"\b(?:holds|reversed|resolved|equivalent)\b[^.;:]{0,25}?\b(?:only\s+)?(?:if|when|unless)\b"
+    r"|\bwhether\b",
     re.I,
 )
 #: A paired difference with its interval: ``+6.37 [-0.57, +13.30]`` (``%`` or "points" allowed).
@@ -132,6 +133,11 @@ def _matches(found: tuple[str, ...], row: Row) -> bool:
     return all(abs(_number(text) - value) <= 0.0051 for text, value in zip(found, values))
 
 
+def _units(row: Row) -> int:
+    """Independent units behind a row: its ``units`` where the registry has them, else seeds."""
+    return getattr(row, "units", None) or len(row.seeds)
+
+
 def _orders(text: str) -> bool:
     return bool(_ORDER.search(text)) and not _NO_VERDICT.search(text)
 
@@ -157,7 +163,7 @@ def problems(sentence: str, rows: dict[str, Row]) -> list[str]:
         for diff in diffs:
             if not any(_matches(diff, r) for r in named):
                 found.append(f"{' '.join(diff)} is no named row's interval")
-        few = [r.id for r in named if r.kind == "paired" and len(r.seeds) < 3]
+        few = [r.id for r in named if r.kind == "paired" and _units(r) < 3]
         if few and _orders(plain):
             found.append(f"orders the arms of {few}, which have fewer than 3 seeds")
     for bold in _BOLD.findall(plain):
@@ -278,6 +284,7 @@ def test_the_rule_catches(text):
         "Verdicts: *holds* or *reversed* when the interval is on one side of 0, or *not resolved*.",
         "- **holds** if the whole interval lies on the side the paper predicts.",
         "A claim holds only if each of its comparisons holds, and is reversed if any is.",
+        "- **equivalent within ±m** only if the interval lies inside (-m, m), else not resolved.",
         "Whether the claim holds on your hardware is what the suite measures.",
         "The registry holds 267 paired comparisons; the file holds the seeds.",
         "`val` holds 10% of every class.",
