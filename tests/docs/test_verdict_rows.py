@@ -84,7 +84,7 @@ _ORDER = re.compile(
     re.IGNORECASE,
 )
 #: What a sentence about a one-seed comparison says instead of an order.
-_NO_VERDICT = re.compile(r"no verdict|too few seeds", re.IGNORECASE)
+_NO_VERDICT = re.compile(r"no verdict|too few (?:seeds|independent units)", re.IGNORECASE)
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 _GENERATED = re.compile(r"<!-- registry:([\w.-]+) -->.*?<!-- /registry:\1 -->", re.S)
 _VALUE = re.compile(r"<!-- value:([\w.-]+):\w+ -->")
