@@ -39,8 +39,7 @@ from pathlib import Path
 import pytest
 
 from selfcaps.cli.registry import Row, load_registry
-from selfcaps.cli.report import doc_files
-from tests.docs.test_verdict_words import _NEG, _NUM, DIRECTION_WORDS, _number, sentences
+from tests.docs.test_verdict_words import _NEG, _NUM, DIRECTION_WORDS, _number, pages, sentences
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -182,11 +181,7 @@ def violations(text: str, rows: dict[str, Row] | None = None) -> list[tuple[int,
     return out
 
 
-def _pages() -> list[str]:
-    return [p.relative_to(ROOT).as_posix() for p in doc_files(ROOT)]
-
-
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", pages())
 def test_every_verdict_names_its_row(page: str) -> None:
     bad = violations((ROOT / page).read_text(encoding="utf-8"))
     report = "\n".join(f"{page}:{no}: {p}: {s[:160]}" for no, p, s in bad)
@@ -194,7 +189,7 @@ def test_every_verdict_names_its_row(page: str) -> None:
 
 
 def test_pending_pages_exist():
-    assert set(PENDING) <= set(_pages())
+    assert set(PENDING) <= set(pages())
 
 
 # ------------------------------------------------------------------ the rule itself, on examples
