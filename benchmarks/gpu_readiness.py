@@ -12,8 +12,9 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   transforms and collation, which a GPU run does in loader workers) is shown apart and is not
   part of ``ops_per_step``. A non-view operator is about one kernel launch on a GPU.
 * **host syncs per step** outside ``load``, with the source lines that cause them;
-* **data ms per batch**: the median time of one training batch from the preset's loader, on
-  the main process (``data.num_workers`` as a GPU run resolves it; per worker when > 0);
+* **data ms per batch**: the median time of one training batch from the preset's loader on the
+  main process (one core); the projection divides it by the loader workers a GPU run takes
+  (``data.num_workers: null`` resolves to one per core but one, at most 8: ``--gpu-workers``);
 * **training FLOPs per image** (forward and backward matrix products and convolutions,
   :func:`selfcaps.eval.profile.flop_counter`: ``torch.utils.flop_counter`` with the backward
   of grouped convolutions counted per group, which torch's own formula counts ``groups``
@@ -166,7 +167,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         fit_steps(method, dm, 1)
     flops = fc.get_total_flops() / batch
     ms = data_ms(dm, args.data_batches)
-    workers = max(int(dm.cfg.data.num_workers or 0), 1)
+    workers = max(args.gpu_workers, 1) if dm.cfg.data.get("num_workers") is None else 1
     with sized_for(args.sizing):
         breaks = None if args.no_compile_check else graph_breaks(method, dm)
     row = {
@@ -248,6 +249,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--launch-us", type=float, default=LAUNCH_US)
     p.add_argument("--sync-us", type=float, default=SYNC_US)
     p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
+    p.add_argument("--gpu-workers", type=int, default=8, help="loader workers on the GPU machine")
     p.add_argument("--no-compile-check", action="store_true", help="skip the graph-break count")
     p.add_argument("--json", type=Path, help="also write the rows here")
     return p.parse_args(argv)
