@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from selfcaps import __version__
+from selfcaps.cli import plain_warnings
 from selfcaps.cli.threads import set_openmp_wait
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -203,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _quiet_third_party()
+    plain_warnings.install()  # selfcaps' warnings: one plain line each, once
     if _command_of(argv) not in _NO_TENSOR_WORK:
         set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
     from selfcaps.methods.stopping import Interrupted  # (imports no torch)

@@ -423,12 +423,14 @@ def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
         method.train(was)
 
 
-def _print_summary(metrics: dict[str, Any], out: Path) -> None:
+def _print_summary(metrics: dict[str, Any], out: Path, classes: int) -> None:
     """The end-of-run summary: the method's headline numbers and where the files are."""
     from selfcaps.cli.summary import format_summary
 
     r = get_record(str(metrics["method"]))
-    print(format_summary(metrics, out, r.bench_protocol, r.bench_keys, r.bench_notes))
+    protocol, keys, notes = r.headline()
+    chance = 100.0 / classes if r.headline_is_accuracy and classes > 0 else None
+    print(format_summary(metrics, out, protocol, keys, notes, chance))
 
 
 def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = None) -> int:
@@ -592,7 +594,7 @@ def _train(
     atomic_write_json(out / "metrics.json", metrics)
     if method.cfg.eval.get("figures", True):
         _write_figures(method, dm, out)
-    _print_summary(metrics, out)
+    _print_summary(metrics, out, int(method.info.num_classes))
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))
     if (line := method.summary_line(metrics)) is not None:
