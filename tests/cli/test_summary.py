@@ -30,9 +30,15 @@ def test_summary_shows_headline_and_notes_not_every_metric():
     assert "trained 6 epochs in 1.5 min" in text and "runs/poe/metrics.json" in text
 
 
+#: Measured on an untrained network where its method has no untrained baseline to equal:
+#: ``selfcaps run sparsecaps --data mnist5k --epochs 0 --threads 1`` (2026-11-29).
+_MEASURED_UNTRAINED = {"sparsecaps": {"svm_mnist": 20.80, "svm_mnist_pixels": 96.60}}
+
+
 #: What an untrained network scores, per headline: the untrained baseline where the
 #: method measures one (the same network class, untrained: equal up to its random draw),
-#: else guessing (MCAE and EncapNet with ``--epochs 0`` test untrained class capsules).
+#: a measured number (above), else guessing (MCAE and EncapNet with ``--epochs 0`` test
+#: untrained class capsules).
 def _untrained_metrics(record, chance):
     protocol, keys, notes = record.headline()
     m = {"method": record.name, "dataset": "mnist5k", "epochs_trained": 0,
@@ -42,6 +48,7 @@ def _untrained_metrics(record, chance):
             m[keys[name]] = float(chance if name == "top1" else 5 * chance)
         if keys.get(name) and keys.get(base):
             m[keys[base]] = m[keys[name]]
+    m.update(_MEASURED_UNTRAINED.get(record.name, {}))
     return protocol, keys, notes, m
 
 

@@ -230,6 +230,7 @@ def load_config(
         name, text = preset_source(method, chain[-1])
         layer = load_yaml(name, text)
         parent = layer.pop("extends", None)
+        layer.pop("description", None)  # what `selfcaps list methods` shows, not a setting
         layers.insert(1, layer)
         if parent is None:
             break
