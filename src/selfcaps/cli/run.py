@@ -500,11 +500,10 @@ def _train(
     created = make_run_dir(out)  # only now: everything above can fail without a trace
     if made is not None:
         made.extend(created)
-    resume_epoch, batches, steps_before = None, 0, 0
+    resume_epoch, batches = None, 0
     if ckpt is not None:
         saved = load_checkpoint(ckpt)  # an older checkpoint without "resume_at": an epoch end
         resume_epoch, batches = saved.get("resume_at", (int(saved["epoch"]) + 1, 0))
-        steps_before = int(saved.get("global_step", 0))
         dm.resume_at(resume_epoch, batches)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             print(resume_message(ckpt, saved, int(method.cfg.trainer.epochs)))
@@ -564,9 +563,7 @@ def _train(
     if not trainer.is_global_zero:
         return 0
     stop.where = "during the final evaluation" if evaluate else "while writing the weights"
-    selected, best_epoch = _select_checkpoint(
-        method, trainer, out, metric, mode, int(trainer.global_step) - steps_before, ckpt
-    )
+    selected, best_epoch = _select_checkpoint(method, trainer, out, metric, mode)
     method.to("cpu" if method.cfg.trainer.accelerator == "cpu" else method.device)
     metrics.update({
         "best_checkpoint": selected,
@@ -603,29 +600,15 @@ def _train(
 
 
 def _select_checkpoint(
-    method: CapsuleMethod,
-    trainer: Any,
-    out: Path,
-    metric: str,
-    mode: str,
-    steps_now: int,
-    resumed: Path | None,
+    method: CapsuleMethod, trainer: Any, out: Path, metric: str, mode: str
 ) -> tuple[str, int]:
     """Load the weights to evaluate into ``method``; say which they are and their epoch (1-based).
 
-    ``best.ckpt`` (chosen on the validation split) when a validation monitor chose it and
-    has seen the weights trained in this process; else the weights trained last, which
-    ``best.ckpt`` becomes if no validation ever ran. So a resumed run that trained further
-    without validating evaluates what it trained, not an earlier leg's choice.
-
-    Args:
-        method: The trained module (holding the last weights).
-        trainer: Its trainer.
-        out: The run directory.
-        metric: The monitored validation metric.
-        mode: ``min`` or ``max``.
-        steps_now: Steps trained by this process (after a resume: since it).
-        resumed: The checkpoint this process resumed from (None: a fresh run).
+    ``best.ckpt`` when the validation monitor chose it: a validation ran, in this process
+    or in one this run resumed (its score is restored from ``last.ckpt``). Otherwise the
+    weights trained last, which ``best.ckpt`` becomes: a ``best.ckpt`` that an earlier
+    process of a run without validation left is a copy of its last weights, no choice. So
+    a resumed run evaluates what the same run uninterrupted would have.
 
     Returns:
         The ``best_checkpoint`` text of ``metrics.json`` and ``best_epoch``.
@@ -633,30 +616,18 @@ def _select_checkpoint(
     from selfcaps.methods.io import load_checkpoint
 
     best, last = out / "checkpoints" / "best.ckpt", out / "checkpoints" / "last.ckpt"
-    monitors = [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == metric]
-    ever_validated = any(c.best_model_score is not None for c in monitors)
-    validated_since = metric in trainer.callback_metrics  # a validation ran in this process
-    stale = resumed is not None and steps_now > 0 and not validated_since
-    last_epoch = int(trainer.current_epoch)
-    if monitors and best.is_file() and not stale:
+    validated = any(
+        getattr(c, "monitor", None) == metric and c.best_model_score is not None
+        for c in trainer.checkpoint_callbacks
+    )
+    if validated and best.is_file():
         state = load_checkpoint(best)
         method.load_state_dict(state["state_dict"])
         return f"{mode} {metric} (epoch {int(state['epoch']) + 1})", int(state["epoch"]) + 1
-    if not ever_validated or not best.is_file():
-        partial = best.with_name(best.name + ".partial")
-        shutil.copyfile(last, partial)
-        partial.replace(best)  # atomic: never a half-copied best.ckpt
-    if not stale:
-        return "last (no validation ran)", last_epoch
-    kept = (
-        " (no validation ever ran)"
-        if not ever_validated
-        else (f"; best.ckpt keeps the earlier choice by {mode} {metric}")
-    )
-    return (
-        f"last: the {steps_now} steps trained since the resume were not validated{kept}",
-        last_epoch,
-    )
+    partial = best.with_name(best.name + ".partial")
+    shutil.copyfile(last, partial)
+    partial.replace(best)  # atomic: never a half-copied best.ckpt
+    return "last (no validation ran)", int(trainer.current_epoch)
 
 
 def _write_stopped(
