@@ -305,14 +305,15 @@ def _resumable(
     return cfg, out, (last if last.is_file() else None), source
 
 
-#: Keys a resumed run may change: how long it trains, and how it shows progress or uses the
-#: machine; none of them changes what a training step computes.
+#: Keys a resumed run may change: how long it trains, how it shows progress, whether it draws
+#: figures, how it uses the machine; none of them changes what a training step computes.
 RESUME_CHANGEABLE = (
     "trainer.epochs",
     "trainer.max_steps",
     "trainer.max_time",
     "trainer.progress_bar",
     "trainer.threads",
+    "eval.figures",
     "trainer.checkpoint_every_n_minutes",
     "trainer.checkpoint_every_n_steps",
     "data.root",
