@@ -50,8 +50,7 @@ def test_eval_says_where_it_wrote_and_what_the_digest_is(finished, capsys):
     out = capsys.readouterr().out
     m = json.loads((run / "metrics.json").read_text())
     digest = m["eval_knn_backbone_weights"]
-    assert f"written to {run / 'metrics.json'} (merged into the run's metrics" in out, out
-    assert "replacing earlier values" in out  # the run's own kNN numbers, measured again
+    assert f"written to {run / 'metrics.json'}: 7 keys merged into the run's metrics" in out, out
     assert f"weights {digest} (the first digits of their SHA-256" in out, out
     assert "eval_knn_backbone_weights" not in out  # no bare key and hash
     assert f"knn_top1_backbone  {m['knn_top1_backbone']:.2f}" in out

@@ -302,7 +302,6 @@ def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
     file holds them all.
     """
     path = run_dir / "metrics.json"
-    replaced = set(metrics) & set(_read_json(path))
     update_json(path, metrics)  # locked: concurrent evals keep both
     records = _record_prefixes(metrics)
     shown = {k: v for k, v in metrics.items() if not any(k.startswith(f"{p}_") for p in records)}
@@ -312,22 +311,11 @@ def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
         print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     for prefix in records:
         print(f"  {_describe_record(prefix, metrics)}")
-    what = f"{len(metrics)} keys"
-    if replaced:
-        what += f", {len(replaced)} of them replacing earlier values"
-    print(f"written to {path} (merged into the run's metrics: {what})")
+    print(
+        f"written to {path}: {len(metrics)} keys merged into the run's metrics "
+        "(a key already there takes the new value)"
+    )
     return 0
-
-
-def _read_json(path: Path) -> dict:
-    """The mapping in a JSON file (empty when there is none or it is unreadable)."""
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _record_prefixes(metrics: dict) -> list[str]:
