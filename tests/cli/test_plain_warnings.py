@@ -12,6 +12,7 @@ def before(monkeypatch):
     """Install over a stand-in for Python's printer; returns what that printer was given."""
     given = []
     monkeypatch.setattr(warnings, "showwarning", lambda *a, **k: given.append(str(a[0])))
+    monkeypatch.setattr(plain_warnings, "_recording", lambda: False)  # pytest records them
     plain_warnings.install()
     return given
 
@@ -33,3 +34,11 @@ def test_other_packages_keep_pythons_format(before, capsys):
         warnings.simplefilter("always")
         warnings.warn_explicit("deprecated thing", DeprecationWarning, "/elsewhere/pkg.py", 7)
     assert before == ["deprecated thing"] and capsys.readouterr().err == ""
+
+
+def test_a_recorder_still_gets_them_and_the_command_restores_pythons_printer():
+    ours = str(plain_warnings._PACKAGE / "data" / "affnist.py")
+    python_printer = warnings.showwarning
+    with plain_warnings.installed(), pytest.warns(UserWarning, match="affNIST files not found"):
+        warnings.warn_explicit("affNIST files not found", UserWarning, ours, 10)
+    assert warnings.showwarning is python_printer

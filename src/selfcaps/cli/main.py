@@ -204,13 +204,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _quiet_third_party()
-    plain_warnings.install()  # selfcaps' warnings: one plain line each, once
     if _command_of(argv) not in _NO_TENSOR_WORK:
         set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
     from selfcaps.methods.stopping import Interrupted  # (imports no torch)
 
     try:
-        return int(args.func(args) or 0)
+        with plain_warnings.installed():  # selfcaps' warnings: one plain line each, once
+            return int(args.func(args) or 0)
     except Interrupted as e:  # SIGTERM / SIGINT outside training
         print(f"selfcaps: {e}", file=sys.stderr)
         return e.exit_code

@@ -4,17 +4,20 @@ Python prints a warning as ``path:line: UserWarning: message`` followed by the s
 line, and again wherever another call site raises it. A command-line user needs the
 message: :func:`install` prints the warnings selfcaps raises as
 ``selfcaps: warning: message`` on stderr, each text once per process; warnings of
-other packages keep Python's format.
+other packages keep Python's format. While a caller records warnings
+(``warnings.catch_warnings(record=True)``, ``pytest.warns``), they go to its record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["install", "is_ours"]
+__all__ = ["install", "installed", "is_ours"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -32,6 +35,23 @@ def is_ours(filename: str) -> bool:
         return False
 
 
+def _recording() -> bool:
+    """Whether a ``catch_warnings(record=True)`` collects the warnings (its list's append)."""
+    impl = getattr(warnings, "_showwarnmsg_impl", None)
+    return getattr(impl, "__name__", "_showwarnmsg_impl") != "_showwarnmsg_impl"
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """:func:`install` for the duration of a ``with`` block (a command), then Python's again."""
+    before = warnings.showwarning
+    install()
+    try:
+        yield
+    finally:
+        warnings.showwarning = before
+
+
 def install() -> None:
     """Show selfcaps' warnings as plain lines, each text once (module docstring)."""
     shown: set[str] = set()
@@ -45,7 +65,7 @@ def install() -> None:
         file: TextIO | None = None,
         line: str | None = None,
     ) -> Any:
-        if not is_ours(filename):
+        if not is_ours(filename) or _recording():
             return python_format(message, category, filename, lineno, file, line)
         text = str(message)
         if text not in shown:
