@@ -2,6 +2,7 @@
 
 import selfcaps
 from selfcaps.cli import catalog
+from selfcaps.cli.config import list_presets, load_config
 from selfcaps.cli.listing import format_listing
 from selfcaps.config_checks.sparsecaps import VARIANTS
 from selfcaps.data import list_datasets
@@ -31,3 +32,20 @@ def test_plain_list_groups_methods_first():
     )
     assert f"poe          presets: {poe_presets}" in text
     assert "imagefolder:<path>" in text and "table1_cnn" in text
+
+
+def test_list_methods_says_what_each_preset_is():
+    text = format_listing("methods")
+    for method, presets in list_presets().items():
+        block = text.split(f"{method:<12} presets:", 1)[1].split("\n")
+        width = max(map(len, presets))
+        described = {
+            line.split()[0]: line[2 + width :].strip() for line in block[1 : 1 + len(presets)]
+        }
+        assert list(described) == presets, block
+        for preset, what in described.items():
+            assert len(what) > 10 and len(what) <= 90, (method, preset, what)
+        assert described["quick"].startswith("(default) "), described
+    assert "  quick          (default) CoCa scaled down to finish in about 4 minutes" in text
+    assert "paper_mnist6k          the paper's method on 6,000 MNIST training images" in text
+    assert "description" not in load_config("mcae", "quick")  # a description is no setting

@@ -57,7 +57,7 @@ def test_metrics_csv_has_one_row_per_epoch_and_monitor(run_dir):
     header = rows[0].split(",")
     assert {"epoch", "train_loss", "val_knn_top1"} <= set(header)
     epochs = {r.split(",")[header.index("epoch")] for r in rows[1:]}
-    assert epochs == {"0", "1"}
+    assert epochs == {"1", "2"}  # counted from 1, as the console and best_epoch count
     # time to accuracy: wall-clock minutes beside each validation, and their figure
     val = [r.split(",") for r in rows[1:] if r.split(",")[header.index("val_knn_top1")]]
     minutes = [float(r[header.index("elapsed_min")]) for r in val]

@@ -97,7 +97,7 @@ def test_metrics_csv_logs_the_collapse_after_every_stage_2_epoch(run_dir):
         rows = list(csv.DictReader(f))
     keys = ("w_top_share", "w_pair_similarity", "primaries_top_eig_share", "primaries_eig_ratio")
     logged = [r for r in rows if r.get("w_top_share")]
-    assert [r["epoch"] for r in logged] == ["1"]  # stage 2 is epoch 1 of [1, 1, 1]
+    assert [r["epoch"] for r in logged] == ["2"]  # stage 2 is epoch 2 of [1, 1, 1]
     for key in keys:
         assert 0.0 <= float(logged[0][key]) <= 1.0, key
 

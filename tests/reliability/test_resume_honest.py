@@ -5,6 +5,7 @@ crafted to run code; torch's advice to load with ``weights_only=False`` never re
 the user.
 """
 
+import json
 import os
 import pickle
 
@@ -110,3 +111,70 @@ def test_a_resumed_run_without_validation_keeps_the_weights_it_trained_last(tmp_
     assert not torch.equal(first[f"net.{name}"], trained)
     best = load_checkpoint(run / "checkpoints" / "best.ckpt")
     assert int(best["epoch"]) == 1
+
+
+def _resume_args(run, *extra: str):
+    from selfcaps.cli.main import build_parser
+
+    argv = ["run", "coca", "--out", str(run), "--resume", *extra]
+    args, rest = build_parser(argv).parse_known_args(argv)
+    args.overrides = rest
+    return args
+
+
+def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
+    run = tmp_path / "run"
+    _saved_run(run, "checkpoints/last.ckpt")  # saved with the quick preset
+    argv = ["run", "coca", "--out", str(run), "--resume", "--preset", "paper", "optim.lr=0.1"]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--preset paper (saved: quick)" in err, err
+    assert "optim.lr=0.1 (saved: 0.003)" in err, err
+    assert "another --out" in err
+
+
+def test_resume_applies_budget_progress_and_threads_and_says_so(tmp_path, capsys):
+    from selfcaps.cli.run import prepare_run
+
+    run = tmp_path / "run"
+    _saved_run(run, "checkpoints/last.ckpt")  # saved: no progress bar, 1 thread, 1 epoch
+    args = _resume_args(run, "--max-steps", "10", "--threads", "2", "trainer.progress_bar=true")
+    cfg, _, ckpt, _ = prepare_run(args)
+    assert (cfg.trainer.max_steps, cfg.trainer.threads, cfg.trainer.progress_bar) == (10, 2, True)
+    assert ckpt == run / "checkpoints" / "last.ckpt"
+    lines = [x for x in capsys.readouterr().out.splitlines() if "applying" in x]
+    assert len(lines) == 1, lines
+    for change in ("trainer.max_steps -1 -> 10", "trainer.threads 1 -> 2",
+                   "trainer.progress_bar false -> true"):  # fmt: skip
+        assert change in lines[0], lines[0]
+
+
+def test_resume_with_the_saved_settings_says_nothing_of_them(tmp_path, capsys):
+    from selfcaps.cli.run import prepare_run
+
+    run = tmp_path / "run"
+    _saved_run(run, "checkpoints/last.ckpt")
+    prepare_run(_resume_args(run, "--preset", "quick", "--no-progress", "--threads", "1"))
+    assert "applying" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_short_resume_evaluates_the_weights_it_trained(tmp_path, capsys):
+    # 256 images less the validation carve at batch 32: 7 steps an epoch, validation after
+    # step 7; 3 then 6 steps never validate, so the first leg's best.ckpt is no choice.
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    args = ["run", "coca", *TINY, "--epochs", "2", "--out", str(run)]
+    assert main([*args, "--max-steps", "3"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--max-steps", "6", "--resume"]) == 0
+    out = capsys.readouterr().out
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["steps"] == 6 and m["best_checkpoint"].startswith("last"), m["best_checkpoint"]
+    assert "evaluated checkpoint: last (no validation ran)" in out, out
+    last = load_checkpoint(run / "checkpoints" / "last.ckpt")["state_dict"]
+    best = load_checkpoint(run / "checkpoints" / "best.ckpt")["state_dict"]
+    exported = load_file(str(run / "model.safetensors"))
+    for name, value in exported.items():
+        assert torch.equal(value, last[f"net.{name}"]) and torch.equal(value, best[f"net.{name}"])

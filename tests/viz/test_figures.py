@@ -35,10 +35,11 @@ def _write_csv(path, rows):
 
 def _poe_like_rows(epochs=6, metrics=8):
     rows = []
-    for e in range(epochs):
-        rows.append({"epoch": e, "step": 10 * e + 9, "stage": 1 + e // 2,
+    for e in range(epochs):  # metrics.csv counts epochs from 1
+        rows.append({"epoch": e + 1, "step": 10 * e + 9, "stage": 1 + e // 2,
                      **{f"train_m{j}": e + j for j in range(metrics)}})  # fmt: skip
-        rows.append({"epoch": e, "step": 10 * e + 9, **{f"val_m{j}": e - j for j in range(metrics)},
+        rows.append({"epoch": e + 1, "step": 10 * e + 9,
+                     **{f"val_m{j}": e - j for j in range(metrics)},
                      "val_select": 1.0 / (e + 1)})  # fmt: skip
     return rows
 
@@ -52,18 +53,18 @@ def test_curves_of_many_metrics_wrap_at_four_panels_a_row(tmp_path):
 
 
 def test_one_epoch_curves_are_a_readable_small_figure(tmp_path):
-    _write_csv(tmp_path / "m.csv", [{"epoch": 0, "step": 27, "train_loss": 5.25}])
+    _write_csv(tmp_path / "m.csv", [{"epoch": 1, "step": 27, "train_loss": 5.25}])
     assert plot_training_curves(tmp_path / "m.csv", tmp_path / "c.png", title="coca")
     _check(tmp_path / "c.png", max_aspect=2.0)
 
 
 def test_train_and_val_share_a_panel_and_stages_are_found():
     rows = [{k: str(v) for k, v in r.items()} for r in _poe_like_rows(epochs=6, metrics=2)]
-    xs = [float(r["epoch"]) + 1 for r in rows]
+    xs = [float(r["epoch"]) for r in rows]  # metrics.csv counts epochs from 1
     panels = _panels(rows, xs)
     assert sorted(panels) == ["m0", "m1", "select"]
     assert sorted(panels["m0"]) == ["train", "val"] and list(panels["select"]) == ["val"]
-    assert _phase_changes(rows) == ("stage", [(2.0, 2), (4.0, 3)])  # epochs 0-1, 2-3, 4-5
+    assert _phase_changes(rows) == ("stage", [(2.0, 2), (4.0, 3)])  # epochs 1-2, 3-4, 5-6
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,12 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from selfcaps._names import closest_names
 from selfcaps.cli.presets import config_text, default_preset, list_presets, preset_source
 
 __all__ = [
     "ConfigError",
+    "apply_overrides",
     "default_preset",
     "flat_keys",
     "list_presets",
@@ -72,8 +74,49 @@ def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
 
 
 def _closest(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    close = closest_names(name, list(choices), n=1, cutoff=0.5)
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def nearest_keys(key: str, valid: Sequence[str], n: int = 5) -> list[str]:
+    """The configuration keys a mistyped ``key`` most likely meant, best first.
+
+    Keys whose last part is ``key``'s last part come first (``lr`` finds ``optim.lr``),
+    then the closest spellings of the whole key and of its last part.
+
+    Examples:
+        >>> nearest_keys("lr", ["optim.lr", "optim.name", "eval.finetune_lr", "seed"])
+        ['optim.lr', 'eval.finetune_lr']
+        >>> nearest_keys("optim.lrr", ["optim.lr", "optim.name", "seed"])[0]
+        'optim.lr'
+    """
+    leaf = key.rsplit(".", 1)[-1].lower()
+    leaves: dict[str, list[str]] = {}
+    for k in valid:
+        leaves.setdefault(k.rsplit(".", 1)[-1].lower(), []).append(k)
+    found = list(leaves.get(leaf, []))
+    found += closest_names(key, list(valid), n=n, cutoff=0.6)
+    for close in difflib.get_close_matches(leaf, list(leaves), n=n, cutoff=0.6):
+        found += leaves[close]
+    found += [k for k in valid if leaf in k.rsplit(".", 1)[-1].lower().split("_")]
+    return list(dict.fromkeys(found))[:n]
+
+
+def unknown_key_message(key: str, valid: Sequence[str], method: str = "METHOD") -> str:
+    """The error for an unknown configuration key: the nearest keys, or the sections.
+
+    Examples:
+        >>> unknown_key_message("lr", ["optim.lr", "optim.name", "seed"]).split("?")[0]
+        "unknown config key 'lr'. Did you mean 'optim.lr'"
+    """
+    near = nearest_keys(key, valid)
+    sections = sorted({k.split(".", 1)[0] for k in valid if "." in k})
+    hint = f" Did you mean {' or '.join(map(repr, near[:3]))}?" if near else ""
+    return (
+        f"unknown config key {key!r}.{hint} Keys are SECTION.NAME, with sections "
+        f"{', '.join(sections)}; `selfcaps run {method} --show-config` prints every key "
+        "with its value."
+    )
 
 
 def parse_overrides(items: Sequence[str]) -> list[tuple[str, Any]]:
@@ -141,10 +184,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[tuple[str, Any]]) -> No
     valid = flat_keys(cfg)
     for key, value in overrides:
         if key not in valid:
-            raise ConfigError(
-                f"unknown config key {key!r}.{_closest(key, valid)} "
-                f"Valid keys: {', '.join(sorted(valid))}"
-            )
+            raise ConfigError(unknown_key_message(key, valid, str(cfg.get("method", "METHOD"))))
         old = OmegaConf.select(cfg, key)
         OmegaConf.update(cfg, key, _coerce(key, old, value), merge=False, force_add=False)
 
@@ -190,6 +230,7 @@ def load_config(
         name, text = preset_source(method, chain[-1])
         layer = load_yaml(name, text)
         parent = layer.pop("extends", None)
+        layer.pop("description", None)  # what `selfcaps list methods` shows, not a setting
         layers.insert(1, layer)
         if parent is None:
             break

@@ -294,13 +294,64 @@ def _warn_if_stopped(run_dir: Path, method: str, checkpoint: str) -> None:
 
 
 def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
-    """Merge ``metrics`` into the run's ``metrics.json`` (under its lock) and print them."""
-    update_json(run_dir / "metrics.json", metrics)  # locked: concurrent evals keep both
-    width = max(len(k) for k in metrics)
+    """Merge ``metrics`` into the run's ``metrics.json`` (under its lock) and print them.
+
+    The record of what was scored (``<prefix>_query_split``, ``..._bank_n``,
+    ``..._weights``: :func:`~selfcaps.methods.evaluation.evaluation_record`) is printed as
+    one sentence per prefix, not as numbers beside the results; the last line says which
+    file holds them all.
+    """
+    path = run_dir / "metrics.json"
+    update_json(path, metrics)  # locked: concurrent evals keep both
+    records = _record_prefixes(metrics)
+    shown = {k: v for k, v in metrics.items() if not any(k.startswith(f"{p}_") for p in records)}
+    width = max((len(k) for k in shown), default=0)
     print(title)
-    for k, v in metrics.items():
+    for k, v in shown.items():
         print(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    for prefix in records:
+        print(f"  {_describe_record(prefix, metrics)}")
+    print(
+        f"written to {path}: {len(metrics)} keys merged into the run's metrics "
+        "(a key already there takes the new value)"
+    )
     return 0
+
+
+def _record_prefixes(metrics: dict) -> list[str]:
+    """The prefixes of the evaluation records among ``metrics``' keys (``eval_knn_backbone``).
+
+    Examples:
+        >>> _record_prefixes({"knn_top1": 1.0, "eval_knn_x_query_split": "test",
+        ...                   "eval_knn_x_query_n": 5, "eval_knn_x_weights": "ab"})
+        ['eval_knn_x']
+    """
+    return [k.removesuffix("_query_split") for k in metrics if k.endswith("_query_split")]
+
+
+def _describe_record(prefix: str, m: dict) -> str:
+    """One sentence for an evaluation record: the images scored and the weights' digest.
+
+    Examples:
+        >>> text = _describe_record("eval_knn_backbone", {
+        ...     "eval_knn_backbone_query_split": "test", "eval_knn_backbone_query_n": 1000,
+        ...     "eval_knn_backbone_bank_split": "train", "eval_knn_backbone_bank_n": 3600,
+        ...     "eval_knn_backbone_weights": "49afa9bb"})
+        >>> for part in text.split("; "): print(part)
+        eval_knn_backbone_*: scored 1000 test images against 3600 train images
+        weights 49afa9bb (the first digits of their SHA-256: equal digests, equal weights)
+    """
+    text = (
+        f"{prefix}_*: scored {m.get(f'{prefix}_query_n')} {m.get(f'{prefix}_query_split')} images"
+    )
+    if f"{prefix}_bank_n" in m:
+        text += f" against {m[f'{prefix}_bank_n']} {m.get(f'{prefix}_bank_split')} images"
+    if f"{prefix}_weights" in m:
+        text += (
+            f"; weights {m[f'{prefix}_weights']} (the first digits of their SHA-256: "
+            "equal digests, equal weights)"
+        )
+    return text
 
 
 def _method_evaluation(args: argparse.Namespace, method: object, dm: object) -> int:

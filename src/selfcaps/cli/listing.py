@@ -1,5 +1,8 @@
 """``selfcaps list [methods|datasets|models]``: what can be run, on what, with which network.
 
+``selfcaps list methods`` adds a line per preset saying what it is
+(:func:`~selfcaps.cli.presets.preset_description`), marking the default one.
+
 Answers without importing torch: method and preset names come from the shipped
 YAML files, dataset and model names from :mod:`selfcaps.cli.catalog`.
 """
@@ -10,7 +13,7 @@ import argparse
 import textwrap
 
 from selfcaps.cli.catalog import DATASETS, list_models
-from selfcaps.cli.presets import list_presets
+from selfcaps.cli.presets import default_preset, list_presets, preset_description
 from selfcaps.methods import list_methods
 
 __all__ = ["LIST_CHOICES", "add_list_arguments", "cmd_list", "format_listing"]
@@ -18,9 +21,19 @@ __all__ = ["LIST_CHOICES", "add_list_arguments", "cmd_list", "format_listing"]
 LIST_CHOICES = ("all", "methods", "datasets", "models")
 
 
-def _methods() -> list[str]:
+def _methods(describe: bool = False) -> list[str]:
+    """A line per method with its presets; with ``describe``, then a line per preset."""
     presets = list_presets()
-    return [f"{m:<12} presets: {', '.join(presets.get(m, []))}" for m in list_methods()]
+    lines = []
+    for m in list_methods():
+        lines.append(f"{m:<12} presets: {', '.join(presets.get(m, []))}")
+        if describe:
+            default = default_preset(m, None)
+            width = max((len(p) for p in presets.get(m, [])), default=0)
+            for p in presets.get(m, []):
+                text = ("(default) " if p == default else "") + preset_description(m, p)
+                lines.append(f"  {p:<{width}}  {text}".rstrip())
+    return lines
 
 
 def _wrapped(names: list[str]) -> list[str]:
@@ -35,12 +48,13 @@ def format_listing(what: str = "all", pattern: str = "*") -> str:
         pattern: Shell-style filter of the model names.
 
     Examples:
-        >>> print(format_listing("methods").splitlines()[0])
+        >>> for line in format_listing("methods").splitlines()[:2]: print(line)
         coca         presets: cifar10_1h, paper, quick, quick_bf16, quick_cifar10
+          cifar10_1h     CoCa on CIFAR-10 for 60 minutes of training
     """
     datasets = list(DATASETS)
-    if what == "methods":
-        return "\n".join(_methods())
+    if what == "methods":  # each preset with what it is
+        return "\n".join(_methods(describe=True))
     if what == "datasets":
         return "\n".join(datasets)
     if what == "models":

@@ -13,12 +13,14 @@ at once; each command imports what it needs when it runs.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from selfcaps import __version__
+from selfcaps.cli import plain_warnings
 from selfcaps.cli.threads import set_openmp_wait
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -88,12 +90,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="selfcaps",
         description="Capsule networks that learn without labels.",
         epilog="Start with `selfcaps list`, then `selfcaps run METHOD --help`.",
+        allow_abbrev=False,  # --max-step is an error, not --max-steps
     )
     parser.add_argument("--version", action="version", version=f"selfcaps {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None if argv is None else _command_of(argv)
     for name, (module_name, text) in COMMANDS.items():
-        p = sub.add_parser(name, help=text, description=text)
+        p = sub.add_parser(name, help=text, description=text, allow_abbrev=False)
         if argv is not None and name != chosen:
             continue
         module = importlib.import_module(f"selfcaps.cli.{module_name}")
@@ -104,6 +107,38 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             add(p)
         p.set_defaults(func=getattr(module, f"cmd_{name}"))
     return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, argv: Sequence[str], items: list[str]) -> str:
+    """The error for words the parser did not take, with what was probably meant.
+
+    An option close to one of the subcommand's (``--max-step``: long options are never
+    abbreviated) names it; a bare configuration key (``optim.lr 0.1``) is shown as
+    ``key=value``.
+    """
+    text = f"unrecognized arguments: {' '.join(items)}"
+    command = _command_of(argv)
+    options: list[str] = []
+    for action in parser._actions:  # the subcommand's own parser, for its option strings
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            options = [o for a in action.choices[command]._actions for o in a.option_strings]
+    hints = []
+    for i, item in enumerate(items):
+        if item.startswith("--"):
+            close = difflib.get_close_matches(item.split("=", 1)[0], options, n=1, cutoff=0.7)
+            if close:
+                hints.append(f"{item}: did you mean {close[0]}?")
+        elif "=" not in item and hasattr(_args_of(parser, argv), "overrides"):
+            value = items[i + 1] if i + 1 < len(items) and "=" not in items[i + 1] else "VALUE"
+            if "." in item or value != "VALUE":
+                hints.append(f"configuration keys are set as key=value: {item}={value}")
+                break
+    return text + "".join(f" ({h})" for h in hints)
+
+
+def _args_of(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The namespace ``parser`` makes of ``argv`` (unknown words ignored)."""
+    return parser.parse_known_args(argv)[0]
 
 
 def _exit_code(e: BaseException) -> int | None:
@@ -162,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = [x for x in extra if "=" in x and not x.startswith("-")]
     unknown = [x for x in extra if x not in overrides]
     if unknown or (overrides and not hasattr(args, "overrides")):
-        parser.error(f"unrecognized arguments: {' '.join(unknown or overrides)}")
+        parser.error(_unrecognized(parser, argv, unknown or overrides))
     if overrides:
         args.overrides = list(args.overrides) + overrides
     if not getattr(args, "func", None):
@@ -174,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from selfcaps.methods.stopping import Interrupted  # (imports no torch)
 
     try:
-        return int(args.func(args) or 0)
+        with plain_warnings.installed():  # selfcaps' warnings: one plain line each, once
+            return int(args.func(args) or 0)
     except Interrupted as e:  # SIGTERM / SIGINT outside training
         print(f"selfcaps: {e}", file=sys.stderr)
         return e.exit_code

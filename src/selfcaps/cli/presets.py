@@ -6,11 +6,19 @@ names (``MethodRecord.presets``: ``selfcaps.configs`` for the shipped methods).
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 from selfcaps.records import get_record, list_records
 
-__all__ = ["config_text", "default_preset", "list_presets", "paper_preset", "preset_source"]
+__all__ = [
+    "config_text",
+    "default_preset",
+    "list_presets",
+    "paper_preset",
+    "preset_description",
+    "preset_source",
+]
 
 _CONFIG_PACKAGE = "selfcaps.configs"
 
@@ -76,3 +84,34 @@ def _for_dataset(method: str, base: str, dataset: str | None) -> str:
     """``<base>_<dataset>`` if the method ships that preset, else ``base``."""
     special = f"{base}_{dataset}"
     return special if dataset and special in list_presets(method).get(method, []) else base
+
+
+#: The longest one-line description :func:`preset_description` gives.
+DESCRIPTION_WIDTH = 78
+
+
+def preset_description(method: str, preset: str) -> str:
+    """One line saying what a preset is: its ``description:`` key, else its first comment.
+
+    Without a ``description:`` key, the first clause of the comment that opens the file
+    is taken (up to its first ``:``, ``(``, ``;`` or full stop), shortened to
+    :data:`DESCRIPTION_WIDTH` characters; a file without either gives ``""``.
+
+    Examples:
+        >>> preset_description("coca", "quick")
+        'CoCa scaled down to finish in about 4 minutes'
+    """
+    text = preset_source(method, preset)[1]
+    key = re.search(r"^description:\s*(.+?)\s*$", text, flags=re.MULTILINE)
+    if key:
+        line = key.group(1).strip("\"'")
+    else:
+        comment = []
+        for raw in text.splitlines():
+            if not raw.startswith("#"):
+                break
+            comment.append(raw.lstrip("#").strip())
+        line = re.split(r":\s| \(|;\s|\.\s|\.$", " ".join(comment), maxsplit=1)[0].strip()
+    if len(line) > DESCRIPTION_WIDTH:
+        line = line[: DESCRIPTION_WIDTH - 3].rsplit(" ", 1)[0] + "..."
+    return line

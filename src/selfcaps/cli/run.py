@@ -29,6 +29,7 @@ from selfcaps._names import unknown_name_error
 from selfcaps.cli.catalog import check_dataset_name
 from selfcaps.cli.config import (
     ConfigError,
+    apply_overrides,
     default_preset,
     list_presets,
     load_config,
@@ -122,6 +123,11 @@ def add_run_arguments(p: argparse.ArgumentParser, method: str | None = None) -> 
         action="store_true",
         help="write no figures at the end (they can take a while: SparseCaps encodes "
         "eval.figure_images images for them)",
+    )
+    p.add_argument(
+        "--show-config",
+        action="store_true",
+        help="print the resolved configuration (every key with its value) and exit",
     )
     own = _all_flags().get(method or "", {})
     if own:
@@ -289,13 +295,83 @@ def _resumable(
     cfg = OmegaConf.create(load_yaml(saved))
     if cfg.method != name:
         raise ConfigError(f"--resume: {out} is a {cfg.method} run, not {name}")
-    # A resumed run may get a new budget; nothing else may change.
-    for key in ("max_time", "epochs", "max_steps"):
-        if getattr(args, key) is not None:
-            cfg.trainer[key] = getattr(args, key)
     source = f"{saved} (data.root)"
+    changes = resume_changes(args, name, cfg)
+    if args.data_root:
+        source = "--data-root"
+    if changes and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        print(f"--resume: applying settings that differ from {saved}: {', '.join(changes)}")
     check_files_present(str(cfg.data.name), cfg.data.root, source)
     return cfg, out, (last if last.is_file() else None), source
+
+
+#: Keys a resumed run may change: how long it trains, how it shows progress, whether it draws
+#: figures, how it uses the machine; none of them changes what a training step computes.
+RESUME_CHANGEABLE = (
+    "trainer.epochs",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.progress_bar",
+    "trainer.threads",
+    "eval.figures",
+    "trainer.checkpoint_every_n_minutes",
+    "trainer.checkpoint_every_n_steps",
+    "data.root",
+)
+
+
+def resume_changes(args: argparse.Namespace, name: str, cfg: DictConfig) -> list[str]:
+    """Apply to a resumed run's saved ``cfg`` the command line's settings that may change.
+
+    Settings equal to the saved ones are accepted silently; those in
+    :data:`RESUME_CHANGEABLE` are applied; any other difference (``--preset``, the model,
+    data, optimiser, seed, ...) would make the continued run a different one, and is refused.
+
+    Returns:
+        ``key old -> new`` for each setting applied (empty: nothing changed).
+
+    Raises:
+        ConfigError: Settings that differ from the saved run and may not change, named.
+    """
+    refused = []
+    if args.preset is not None and args.preset != cfg.get("preset"):
+        refused.append(f"--preset {args.preset} (saved: {cfg.get('preset')})")
+    requested = _overrides_from_args(args, name)
+    if args.data_root:
+        requested.append(("data.root", args.data_root))
+    probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    OmegaConf.set_struct(probe, True)
+    apply_overrides(probe, requested)  # unknown keys and wrong types: as for a fresh run
+    applied = []
+    for key in dict.fromkeys(k for k, _ in requested):
+        old, new = OmegaConf.select(cfg, key), OmegaConf.select(probe, key)
+        if old == new:
+            continue
+        if key in RESUME_CHANGEABLE:
+            OmegaConf.update(cfg, key, new, merge=False)
+            applied.append(f"{key} {_yaml_value(old)} -> {_yaml_value(new)}")
+        else:
+            refused.append(f"{key}={_yaml_value(new)} (saved: {_yaml_value(old)})")
+    if refused:
+        raise ConfigError(
+            f"--resume continues the run in {args.out} with its saved configuration; these "
+            f"settings differ from it: {'; '.join(refused)}. A resumed run may change only "
+            f"{', '.join(RESUME_CHANGEABLE)}; drop the others to continue it, or start a new "
+            "run with another --out"
+        )
+    return applied
+
+
+def _yaml_value(value: Any) -> str:
+    """A configuration value as it is written on the command line (``true``, ``null``, ``3``).
+
+    Examples:
+        >>> _yaml_value(True), _yaml_value(None), _yaml_value(0.003)
+        ('true', 'null', '0.003')
+    """
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def resume_message(ckpt: Path, saved: dict[str, Any], planned: int) -> str:
@@ -348,12 +424,14 @@ def _check_inputs(method: CapsuleMethod, dm: SelfcapsDataModule) -> None:
         method.train(was)
 
 
-def _print_summary(metrics: dict[str, Any], out: Path) -> None:
+def _print_summary(metrics: dict[str, Any], out: Path, classes: int) -> None:
     """The end-of-run summary: the method's headline numbers and where the files are."""
     from selfcaps.cli.summary import format_summary
 
     r = get_record(str(metrics["method"]))
-    print(format_summary(metrics, out, r.bench_protocol, r.bench_keys, r.bench_notes))
+    protocol, keys, notes = r.headline()
+    chance = 100.0 / classes if r.headline_is_accuracy and classes > 0 else None
+    print(format_summary(metrics, out, protocol, keys, notes, chance))
 
 
 def train(args: argparse.Namespace, evaluate: bool, made: list[Path] | None = None) -> int:
@@ -486,21 +564,7 @@ def _train(
     if not trainer.is_global_zero:
         return 0
     stop.where = "during the final evaluation" if evaluate else "while writing the weights"
-    best = out / "checkpoints" / "best.ckpt"
-    # Only a validation monitor makes best.ckpt a choice; without one, a best.ckpt on disk is
-    # an earlier leg's last weights (a resumed run) and the weights trained last replace it.
-    selecting = any(getattr(cb, "monitor", None) == metric for cb in trainer.checkpoint_callbacks)
-    if selecting and best.is_file():
-        state = load_checkpoint(best)
-        method.load_state_dict(state["state_dict"])
-        selected = f"{mode} {metric} (epoch {int(state['epoch']) + 1})"
-        best_epoch = int(state["epoch"]) + 1
-    else:
-        partial = best.with_name(best.name + ".partial")
-        shutil.copyfile(last, partial)
-        partial.replace(best)  # atomic: never a half-copied best.ckpt
-        selected = "last (no validation ran)"
-        best_epoch = int(trainer.current_epoch)
+    selected, best_epoch = _select_checkpoint(method, trainer, out, metric, mode)
     method.to("cpu" if method.cfg.trainer.accelerator == "cpu" else method.device)
     metrics.update({
         "best_checkpoint": selected,
@@ -528,12 +592,43 @@ def _train(
     atomic_write_json(out / "metrics.json", metrics)
     if method.cfg.eval.get("figures", True):
         _write_figures(method, dm, out)
-    _print_summary(metrics, out)
+    _print_summary(metrics, out, int(method.info.num_classes))
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))
     if (line := method.summary_line(metrics)) is not None:
         print(line)
     return 0
+
+
+def _select_checkpoint(
+    method: CapsuleMethod, trainer: Any, out: Path, metric: str, mode: str
+) -> tuple[str, int]:
+    """Load the weights to evaluate into ``method``; say which they are and their epoch (1-based).
+
+    ``best.ckpt`` when the validation monitor chose it: a validation ran, in this process
+    or in one this run resumed (its score is restored from ``last.ckpt``). Otherwise the
+    weights trained last, which ``best.ckpt`` becomes: a ``best.ckpt`` that an earlier
+    process of a run without validation left is a copy of its last weights, no choice. So
+    a resumed run evaluates what the same run uninterrupted would have.
+
+    Returns:
+        The ``best_checkpoint`` text of ``metrics.json`` and ``best_epoch``.
+    """
+    from selfcaps.methods.io import load_checkpoint
+
+    best, last = out / "checkpoints" / "best.ckpt", out / "checkpoints" / "last.ckpt"
+    validated = any(
+        getattr(c, "monitor", None) == metric and c.best_model_score is not None
+        for c in trainer.checkpoint_callbacks
+    )
+    if validated and best.is_file():
+        state = load_checkpoint(best)
+        method.load_state_dict(state["state_dict"])
+        return f"{mode} {metric} (epoch {int(state['epoch']) + 1})", int(state["epoch"]) + 1
+    partial = best.with_name(best.name + ".partial")
+    shutil.copyfile(last, partial)
+    partial.replace(best)  # atomic: never a half-copied best.ckpt
+    return "last (no validation ran)", int(trainer.current_epoch)
 
 
 def _write_stopped(
@@ -679,11 +774,27 @@ def _train_or_clean_up(args: argparse.Namespace, evaluate: bool) -> int:
         raise
 
 
+def show_config(args: argparse.Namespace) -> int:
+    """``--show-config``: the configuration the command line resolves to, as YAML; nothing runs."""
+    import yaml
+
+    if args.method not in list_methods():
+        raise unknown_name_error("method", args.method, list_methods())
+    preset = args.preset or default_preset(args.method, args.data)
+    cfg = load_config(args.method, preset, _overrides_from_args(args, args.method))
+    print(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True), sort_keys=False), end="")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``selfcaps run``: pretrain, evaluate with the method's protocol, write the run directory."""
+    if getattr(args, "show_config", False):
+        return show_config(args)
     return _train_or_clean_up(args, evaluate=True)
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     """``selfcaps pretrain``: train and write checkpoints and weights, no final evaluation."""
+    if getattr(args, "show_config", False):
+        return show_config(args)
     return _train_or_clean_up(args, evaluate=False)

@@ -1,4 +1,4 @@
-"""What the console shows while a run trains and evaluates.
+"""What the console shows while a run trains and evaluates: every bar and note on stderr.
 
 :class:`RunProgressBar` is Lightning's tqdm bar with the epoch total
 (``Epoch 3/8``), the method's stage where it has one (``stage 2``, from a
@@ -11,6 +11,7 @@ Both are silenced by ``set_progress(False)`` (``--no-progress``).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -68,7 +69,7 @@ class RunProgressBar(TQDMProgressBar):
             disable=self.is_disabled,
             leave=True,
             dynamic_ncols=True,
-            file=sys.stdout,
+            file=sys.stderr,  # stdout holds the results: `selfcaps run coca > log` stays clean
             smoothing=0,
             bar_format=self.BAR_FORMAT,
             delay=1e9,  # no "Training: 0/?" line: on_train_epoch_start draws it
@@ -82,6 +83,21 @@ class RunProgressBar(TQDMProgressBar):
         bar.delay, bar.initial = 0, 0
         self._describe(trainer, trainer.lightning_module, refresh=False)
         bar.reset(total=convert_inf(self.total_train_batches))
+
+    def init_sanity_tqdm(self) -> Tqdm:
+        """Lightning's bar, on stderr."""
+        with contextlib.redirect_stdout(sys.stderr):
+            return super().init_sanity_tqdm()
+
+    def init_test_tqdm(self) -> Tqdm:
+        """Lightning's bar, on stderr."""
+        with contextlib.redirect_stdout(sys.stderr):
+            return super().init_test_tqdm()
+
+    def init_predict_tqdm(self) -> Tqdm:
+        """Lightning's bar, on stderr."""
+        with contextlib.redirect_stdout(sys.stderr):
+            return super().init_predict_tqdm()
 
     def init_validation_tqdm(self) -> Tqdm:
         """A bar that is never drawn: validation is counted in the training bar instead."""

@@ -2,6 +2,9 @@
 
 A resumed run appends to the same file: the rows of an epoch it repeats replace the
 earlier ones, and a crash while writing leaves the previous file whole.
+
+The ``epoch`` column counts from 1, as the console, ``best_epoch`` and the figures do
+(Lightning counts from 0: rows are kept as Lightning logs them and shifted on writing).
 """
 
 from __future__ import annotations
@@ -19,6 +22,21 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from selfcaps.methods.io import atomic_write_text, atomic_write_yaml
 
 __all__ = ["RunCSVLogger"]
+
+
+def _shift_epoch(row: dict[str, Any], by: int) -> dict[str, Any]:
+    """``row`` with its ``epoch`` moved by ``by`` (from Lightning's 0-based count and back).
+
+    Examples:
+        >>> _shift_epoch({"epoch": 0, "step": 7}, +1), _shift_epoch({"epoch": "3"}, -1)
+        ({'epoch': 1, 'step': 7}, {'epoch': 2})
+        >>> _shift_epoch({"epoch": "", "x": 1}, +1)
+        {'epoch': '', 'x': 1}
+    """
+    epoch = row.get("epoch", "")
+    if epoch in ("", None):
+        return row
+    return {**row, "epoch": int(float(epoch)) + by}
 
 
 class _AtomicExperimentWriter(ExperimentWriter):
@@ -39,6 +57,7 @@ class _AtomicExperimentWriter(ExperimentWriter):
             last = resume_epoch + 1 if mid_epoch else resume_epoch
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
+                    row = _shift_epoch(row, -1)
                     epoch = row.get("epoch", "")
                     if epoch == "" or float(epoch) < last:
                         self.rows.append({k: v for k, v in row.items() if v != ""})
@@ -75,7 +94,7 @@ class _AtomicExperimentWriter(ExperimentWriter):
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=keys)
         writer.writeheader()
-        writer.writerows(self.rows)
+        writer.writerows(_shift_epoch(r, +1) for r in self.rows)
         atomic_write_text(self.metrics_file_path, buf.getvalue())
 
 

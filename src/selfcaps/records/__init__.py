@@ -57,6 +57,8 @@ KNN_BENCH_KEYS: dict[str, str | None] = {
     "top5": "knn_top5_backbone",
     "pixels": "knn_top1_pixels",
     "random_init": "knn_top1_random_init",
+    "pixels_top5": "knn_top5_pixels",
+    "random_init_top5": "knn_top5_random_init",
 }
 
 
@@ -81,7 +83,8 @@ class MethodRecord:
             without torch (``check(cfg)`` raising ``ValueError``); None: shared keys only.
         bench_protocol: The final evaluation's name, as ``selfcaps bench`` reports it.
         bench_keys: The ``metrics.json`` keys of ``top1``, ``top5``, ``pixels`` and
-            ``random_init`` (None: not applicable).
+            ``random_init`` (None: not applicable), and of the baselines' top-5
+            (``pixels_top5``, ``random_init_top5``) where there are.
         bench_notes: Further ``metrics.json`` values for the bench's notes column, as
             ``{label: key}``: what a reader needs to judge the top-1.
         bench_datasets: The datasets ``selfcaps bench`` runs the method on.
@@ -90,6 +93,13 @@ class MethodRecord:
         paper_results: The paper's headline top-1 per dataset, for the bench report.
         claim: The paper's central claim as a paired comparison (``selfcaps bench
             --suite claims``); None: the method has none.
+        summary_protocol: The headline's name in the console summary of ``selfcaps run``
+            (None: :attr:`bench_protocol`).
+        summary_keys: The summary's headline keys, as :attr:`bench_keys` (None: those):
+            for a method whose bench number an untrained network can max out.
+        summary_notes: The summary's further lines, as :attr:`bench_notes` (None: those).
+        headline_is_accuracy: Whether the headline is a classification accuracy in
+            percent, so that chance (100 / classes) is its baseline where it has no other.
     """
 
     name: str
@@ -109,6 +119,18 @@ class MethodRecord:
     embedded_data: str | None = "mnist5k"
     paper_results: Mapping[str, float] = field(default_factory=dict)
     claim: Claim | None = None
+    summary_protocol: str | None = None
+    summary_keys: Mapping[str, str | None] | None = None
+    summary_notes: Mapping[str, str] | None = None
+    headline_is_accuracy: bool = True
+
+    def headline(self) -> tuple[str, Mapping[str, str | None], Mapping[str, str]]:
+        """The console summary's protocol name, headline keys and notes (module docstring)."""
+        return (
+            self.summary_protocol or self.bench_protocol,
+            self.bench_keys if self.summary_keys is None else self.summary_keys,
+            self.bench_notes if self.summary_notes is None else self.summary_notes,
+        )
 
     def __post_init__(self) -> None:
         if not self.name or "_" in self.name or self.name != self.name.lower():

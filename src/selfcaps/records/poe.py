@@ -32,6 +32,24 @@ RECORD = MethodRecord(
         "untrained gap": "free_energy_gap_untrained",
     },
     bench_datasets=("mnist5k", "mnist", "fashion_mnist"),
+    # A constant generator is 100% pure, and an untrained capsule layer nearly is: the
+    # console leads with the classes the capsules cover, which purity alone cannot fake.
+    summary_protocol="classes covered by the capsules' samples",
+    summary_keys={
+        "top1": "purity_classes_covered",
+        "random_init": "purity_classes_covered_untrained",
+    },
+    summary_notes={
+        "mean purity of samples": "purity_mean",
+        "untrained purity": "purity_mean_untrained",
+        "restricted domain: classes covered": "purity_classes_covered_restricted",
+        "restricted domain: purity": "purity_mean_restricted",
+        "stages completed": "stages_completed",
+        "judge test top-1": "judge_test_top1",
+        "free-energy gap": "free_energy_gap",
+        "untrained gap": "free_energy_gap_untrained",
+    },
+    headline_is_accuracy=False,
     claim=Claim(
         statement="single capsules generate specific objects",
         source="Hauser 2019, Figure 2 (qualitative: 'each of the individual capsules learn "

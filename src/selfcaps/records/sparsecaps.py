@@ -35,6 +35,12 @@ RECORD = MethodRecord(
         "affNIST data": "affnist_source",
     },
     bench_datasets=("mnist5k", "mnist"),
+    summary_notes={
+        "variant": "variant",
+        "affNIST (a: SVM fit and tested on affNIST codes)": "svm_affnist_a",
+        "affNIST (b: SVM fit on MNIST codes, tested on affNIST)": "svm_affnist_b",
+        "affNIST data": "affnist_source",
+    },
     claim=Claim(
         statement="sparse capsules generalise better to affine transformations than dense",
         source="Rawlinson et al. 2018, Table 1: RBF SVM fit and tested on disjoint affNIST "

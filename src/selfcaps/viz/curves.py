@@ -50,7 +50,7 @@ def _epoch_positions(rows: list[dict[str, str]]) -> list[float | None]:
             continue
         lo, hi = (min(steps[int(e)]), max(steps[int(e)])) if steps[int(e)] else (0.0, 0.0)
         frac = (s - lo) / (hi - lo) if s is not None and hi > lo else 1.0
-        xs.append(int(e) + frac)  # epoch e (0-based) ends at x = e + 1
+        xs.append(int(e) - 1 + frac)  # epoch e (1-based, as metrics.csv counts) ends at x = e
     return xs
 
 
@@ -82,7 +82,7 @@ def _phase_changes(rows: list[dict[str, str]]) -> tuple[str, list[tuple[float, i
                 by_epoch[int(e)] = int(v)
         epochs = sorted(by_epoch)
         changes = [
-            (float(b), by_epoch[b])
+            (float(b - 1), by_epoch[b])  # epoch b (1-based) starts at x = b - 1
             for a, b in itertools.pairwise(epochs)
             if by_epoch[b] != by_epoch[a]
         ]
