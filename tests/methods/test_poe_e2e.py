@@ -185,7 +185,7 @@ def test_a_diverging_cd_update_stops_the_run_with_a_named_error(tmp_path, capsys
     args = ["run", "poe", "--out", str(tmp_path / "nan"), "--epochs", "1", *tiny]
     assert main([*args, "model.stage_epochs=[0,1,0]", "cd.lr_encoder=1e38"]) == 3
     err = capsys.readouterr().err
-    assert "step 1 (epoch 0): loss is nan; stopping" in err  # the free-energy gap: inf - inf
+    assert "step 1 (epoch 1): loss is nan; stopping" in err  # the free-energy gap: inf - inf
 
 
 def test_a_budget_that_ends_before_the_last_stage_is_reported(tmp_path, run_dir):

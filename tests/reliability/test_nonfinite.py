@@ -30,7 +30,7 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, monke
     err = capsys.readouterr().err
     assert "step 10" in err and "loss is nan" in err and "skip-nonfinite" in err
     ckpt = load_checkpoint(out / "checkpoints" / "last.ckpt")
-    assert ckpt["global_step"] == 8  # the end of epoch 0, the last good state
+    assert ckpt["global_step"] == 8  # the end of the first epoch, the last good state
     assert all(
         torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point()
     )

@@ -312,7 +312,7 @@ class CapsuleMethod(L.LightningModule):
             flags.append(torch.isfinite(torch.stack([n.float() for n in norms])).all().reshape(1))
         if not flags or bool(torch.cat(flags).all()):
             return True
-        where = f"step {self.global_step} (epoch {self.current_epoch})"
+        where = f"step {self.global_step} (epoch {self.current_epoch + 1})"
         if loss is not None and not bool(torch.isfinite(loss)):
             msg = f"{where}: loss is {loss.item()}"
         else:
