@@ -32,7 +32,9 @@ def test_bar_shows_epoch_total_and_stage_without_empty_or_validation_bars(capsys
         accelerator="cpu",
     )  # fmt: skip
     trainer.fit(_Tiny(), data, data)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.err  # progress bars go to stderr; stdout is left to the summary
+    assert "\r" not in captured.out
     assert "Epoch 1/2 stage 2" in out and "Epoch 2/2 stage 2" in out
     assert "validating 2/2" in out
     assert "0/?" not in out and "Validation" not in out and "Epoch 0" not in out

@@ -60,7 +60,7 @@ from selfcaps.data.transforms import PerImageStandardize
 from selfcaps.eval import finetune
 from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.losses import class_nll, masked_patch_mse
-from selfcaps.methods.base import CapsuleMethod, build_optimizer
+from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.csv_logs import RunCSVLogger
 from selfcaps.methods.datamodule import (
     EpochSampler,
@@ -72,6 +72,7 @@ from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.methods.figures import Figure
 from selfcaps.methods.io import AtomicCheckpointIO, save_weights
 from selfcaps.methods.mcae_figures import reconstruction_figure
+from selfcaps.methods.optimizers import build_optimizer
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
 from selfcaps.models.mcae import MCAENet

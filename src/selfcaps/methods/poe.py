@@ -96,9 +96,10 @@ from selfcaps.losses.contrastive_divergence import (
     decoder_reconstruction_update,
     encoder_cd_update,
 )
-from selfcaps.methods.base import CapsuleMethod, build_optimizer
+from selfcaps.methods.base import CapsuleMethod
 from selfcaps.methods.datamodule import mix_seed
 from selfcaps.methods.figures import Figure
+from selfcaps.methods.optimizers import build_optimizer
 from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
 from selfcaps.methods.poe_evaluation import poe_evaluation
 from selfcaps.methods.poe_figures import poe_figures
