@@ -101,3 +101,16 @@ def test_no_graph_breaks_in_the_loss_on_an_accelerator(readiness, method):
     m, dm = build_method(method, "paper", readiness.overrides(method, args))
     with sized_for("accelerator"):
         assert readiness.graph_breaks(m, dm) == 0
+
+
+def test_cpu_digest_repeats_and_tells_seeds_apart(monkeypatch):
+    """``benchmarks/cpu_digest.py``: the same training gives the same digest, another seed
+    another one (so equal digests at two commits mean something)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import cpu_digest
+
+    monkeypatch.setitem(cpu_digest.CASES, "coca", ([("data.train_subset", 64)], 2))
+    tiny = [("data.batch_size", 16), ("model.planes", 4), ("model.num_caps", 4)]
+    a = cpu_digest.trained_digest("coca", None, 0, tiny)
+    assert a == cpu_digest.trained_digest("coca", None, 0, tiny)
+    assert a != cpu_digest.trained_digest("coca", None, 1, tiny)
