@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from selfcaps.data.splits import carve_validation
     from selfcaps.data.svhn import SVHN
     from selfcaps.data.transforms import (
+        BatchEvalTransform,
         DatasetTransforms,
         EvalTransform,
         MultiViewTransform,
@@ -75,6 +76,7 @@ __all__ = [
     "AffNISTLike",
     "AffNISTLikeDataset",
     "AffineParams",
+    "BatchEvalTransform",
     "BatchSimCLRTransform",
     "CorruptDatasetError",
     "DatasetInfo",
@@ -148,6 +150,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "splits": ("carve_validation",),
     "svhn": ("SVHN",),
     "transforms": (
+        "BatchEvalTransform",
         "DatasetTransforms",
         "EvalTransform",
         "MultiViewTransform",

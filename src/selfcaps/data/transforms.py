@@ -29,6 +29,7 @@ from torch import Tensor
 from torchvision.transforms import v2
 
 __all__ = [
+    "BatchEvalTransform",
     "DatasetTransforms",
     "EvalTransform",
     "MultiViewTransform",
@@ -202,6 +203,29 @@ class EvalTransform:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r})"
+
+
+class BatchEvalTransform(EvalTransform):
+    """:class:`EvalTransform` applied by the training engine to whole batches, on their device.
+
+    For a method whose training images take no random transform (PoE): the loader then only
+    collates uint8 images, and the conversion runs as a couple of kernels on the device. Every
+    step is element-wise (resize per image), so a batch gets exactly what image-by-image calls
+    give. The generator the engine passes is not used.
+
+    Examples:
+        >>> t = BatchEvalTransform()
+        >>> x = torch.randint(0, 256, (4, 1, 2, 2), dtype=torch.uint8)
+        >>> torch.equal(t(x, None), torch.stack([EvalTransform()(i) for i in x]))
+        True
+    """
+
+    #: Tells the training engine to apply this transform to whole batches (on the device).
+    is_batch_transform: bool = True
+
+    def __call__(self, img: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """The evaluation tensors of a batch ``(B, C, H, W)`` (or of one image)."""
+        return self.transform(img)
 
 
 class DatasetTransforms(NamedTuple):

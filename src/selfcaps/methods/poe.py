@@ -90,7 +90,7 @@ from torch import Tensor, nn
 
 from selfcaps.caps import unsquash
 from selfcaps.config_checks.poe import check as check_poe_config
-from selfcaps.data import EvalTransform
+from selfcaps.data import BatchEvalTransform, EvalTransform
 from selfcaps.losses.contrastive_divergence import (
     decoder_cd_update,
     decoder_reconstruction_update,
@@ -210,8 +210,12 @@ class PoE(CapsuleMethod):
         return cfg
 
     def build_transforms(self) -> tuple[Any, Any]:
-        """Pixels in ``[0, 1]`` (the sigmoid decoder's range), no augmentation."""
-        return EvalTransform(), EvalTransform()
+        """Pixels in ``[0, 1]`` (the sigmoid decoder's range), no augmentation.
+
+        Training batches are converted on their device (:class:`BatchEvalTransform`): the
+        same numbers as image by image, without per-image work in the loader.
+        """
+        return BatchEvalTransform(), EvalTransform()
 
     @classmethod
     def validate_config(cls, cfg: Any) -> None:
