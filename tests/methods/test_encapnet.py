@@ -228,3 +228,28 @@ def test_paper_preset_follows_the_paper_and_reference_preset_the_code():
     assert (ref.data.batch_size, paper.data.batch_size) == (256, 128)
     EncapNetMethod.validate_config(paper)
     EncapNetMethod.validate_config(ref)
+
+
+def test_feedback_units_batched_on_an_accelerator_equal_unit_by_unit():
+    """On an accelerator every unit's Sinkhorn problems share one loop: the same loss and
+    gradients as the CPU path's unit-by-unit sum (float64), with 2 x iters logsumexps in all."""
+    from selfcaps.caps.chunking import sized_for
+    from selfcaps.eval.dispatch import DispatchTally
+
+    method = _method(("loss.ot", True)).double()
+    assert len(method.feedback) == 2
+    x = torch.rand(4, 1, 28, 28, dtype=torch.float64)
+    y = torch.tensor([0, 1, 2, 3])
+    got = []
+    for kind in ("cpu", "accelerator"):
+        method.zero_grad()
+        with sized_for(kind), DispatchTally() as t:
+            loss, _ = method.compute_loss((x, y))
+        loss.backward()
+        grads = [p.grad.clone() for p in method.parameters() if p.grad is not None]
+        got.append((loss.detach(), grads))
+    assert t.op_names["aten.logsumexp"] == 2 * int(method.cfg.loss.iters)  # one loop for both
+    torch.testing.assert_close(got[0][0], got[1][0])
+    assert len(got[0][1]) == len(got[1][1]) > 0
+    for a, b in zip(got[0][1], got[1][1], strict=True):
+        torch.testing.assert_close(a, b)

@@ -128,6 +128,10 @@ class FeedbackAgreement(nn.Module):
         self.extractor = feature_extractor(c_lo) if extractor else nn.Flatten()
         self.divergence = divergence
 
+    def features(self, higher: Tensor, lower: Tensor) -> tuple[Tensor, Tensor]:
+        """``(f_phi(g_psi(higher)), f_phi(lower))``: the feature batches the divergence compares."""
+        return self.extractor(self.generator(higher)), self.extractor(lower)
+
     def forward(self, higher: Tensor, lower: Tensor) -> Tensor:
         """The divergence between regenerated and actual lower capsules (scalar)."""
-        return self.divergence(self.extractor(self.generator(higher)), self.extractor(lower))
+        return self.divergence(*self.features(higher, lower))

@@ -201,6 +201,23 @@ class SinkhornDivergence(nn.Module):
         self.epsilon, self.iters, self.cost = epsilon, iters, cost
         self.debias, self.detach_plan, self.objective = debias, detach_plan, objective
 
+    def many(self, pairs: list[tuple[Tensor, Tensor]]) -> Tensor:
+        """The divergence of each ``(x, y)`` pair, ``(len(pairs),)``, in one batched loop.
+
+        Every pair's three problems (eq. 11) share one Sinkhorn loop, so that several
+        feedback units cost the launches of one. The pairs may differ in feature size but
+        not in batch size. Equal to ``torch.stack([self(x, y) for x, y in pairs])``.
+        """
+        flat = [(x.flatten(1), y.flatten(1)) for x, y in pairs]
+        sizes = {x.shape[0] for pair in flat for x in pair}
+        if not self.debias or len(sizes) != 1:
+            return torch.stack([self(x, y) for x, y in pairs])
+        q = torch.stack(
+            [ground_cost(a, b, self.cost) for x, y in flat for a, b in ((x, y), (x, x), (y, y))]
+        )
+        w = _plan_cost(q, self.epsilon, self.iters, self.objective, self.detach_plan).view(-1, 3)
+        return 2.0 * w[:, 0] - w[:, 1] - w[:, 2]
+
     def _w(self, x: Tensor, y: Tensor) -> Tensor:
         return sinkhorn_cost(
             x, y, self.epsilon, self.iters, self.cost, self.objective, self.detach_plan

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from torchvision.transforms import v2
 
 from selfcaps.caps import caps_length
+from selfcaps.caps.chunking import cpu_path
 from selfcaps.config_checks.encapnet import OTHER_NETWORKS
 from selfcaps.config_checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
@@ -220,15 +221,32 @@ class EncapNetMethod(CapsuleMethod):
         }
         if not len(self.feedback):
             return cls_loss, logs
-        ot = sum(
-            self.compiled(unit)(taps[m - 1][hi], taps[m - 1][lo])
-            for unit, (m, lo, hi) in zip(self.feedback, self.cfg.loss.units, strict=True)
-        )
+        ot = self._feedback_divergence(taps)
         weighted_ot = self.cfg.loss.ot_weight * ot
         logs["train_ot_loss"] = ot.detach()
         if self._probe_due():
             self._log_gradient_probe(cls_loss, weighted_ot)
         return cls_loss + weighted_ot, logs
+
+    def _feedback_divergence(self, taps: list[Any]) -> Tensor:
+        """The sum of the units' divergences (eq. 11 per unit).
+
+        On an accelerator, when every unit compares with one Sinkhorn divergence, all units'
+        transport problems run in one batched loop (:meth:`SinkhornDivergence.many`): the
+        launches of one unit instead of one per unit. The CPU path calls unit by unit.
+        """
+        inputs = [
+            (taps[m - 1][hi], taps[m - 1][lo])
+            for m, lo, hi in (tuple(u) for u in self.cfg.loss.units)
+        ]
+        div = self.feedback[0].divergence
+        shared = isinstance(div, SinkhornDivergence) and all(
+            repr(u.divergence) == repr(div) for u in self.feedback
+        )
+        units = list(zip(self.feedback, inputs, strict=True))
+        if not shared or cpu_path(inputs[0][0]):
+            return sum(self.compiled(u)(*xy) for u, xy in units)
+        return div.many([self.compiled(u.features)(*xy) for u, xy in units]).sum()
 
     def _probe_due(self) -> bool:
         every = int(self.cfg.loss.probe_every)
