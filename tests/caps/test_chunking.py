@@ -108,3 +108,27 @@ def test_self_routing_ops_do_not_grow_with_the_batch_or_parents_on_an_accelerato
         return t.ops
 
     assert ops(2) == ops(50)
+
+
+def test_routing_in_inference_mode_then_training_in_the_same_thread():
+    """Scratch buffers made in inference mode are fresh (never cached): a cached one would be
+    an inference tensor that the next training call may not write to. A new thread starts
+    with an empty cache, as a process does."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            x, w = torch.randn(4, 32, 8), torch.randn(32, 8, 10 * 16, requires_grad=True)
+            with torch.inference_mode():
+                fused_dense_routing(x, w, 10)
+            v, _ = fused_dense_routing(x, w, 10)
+            v.sum().backward()
+        except BaseException as e:  # reported in the test's thread
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert errors == []

@@ -104,8 +104,9 @@ class _Fresh:
 
 
 def _buffers(ref: Tensor) -> _Workspace | _Fresh:
-    """Reused scratch buffers on the CPU path, fresh ones on an accelerator."""
-    return _Workspace(ref) if cpu_path(ref) else _Fresh(ref)
+    """Reused scratch buffers on the CPU path; fresh ones on an accelerator or in inference mode."""
+    fresh = torch.is_inference_mode_enabled() or not cpu_path(ref)
+    return _Fresh(ref) if fresh else _Workspace(ref)
 
 
 class _Votes:

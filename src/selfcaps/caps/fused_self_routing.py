@@ -43,27 +43,14 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from selfcaps.caps.chunking import cpu_path
-from selfcaps.caps.fused_routing import _Fresh, _Workspace
+from selfcaps.caps.chunking import batch_chunk, cpu_path
+from selfcaps.caps.fused_routing import _buffers
 
 __all__ = ["ACCELERATOR_ELEMENTS", "fused_self_routing", "weighted_vote_sum"]
 
 _CHUNK_ELEMENTS = 1 << 19  # elements of Y per chunk on a CPU: 2 MB in float32
 #: Elements of ``Y`` (all parents' weighted inputs) per group on an accelerator: 1 GiB in float32.
 ACCELERATOR_ELEMENTS = 1 << 28
-
-
-def _workspace(ref: Tensor) -> _Workspace | _Fresh:
-    return _Fresh(ref) if torch.is_inference_mode_enabled() else _Workspace(ref)
-
-
-def _batch_chunk(batch: int, per_sample: int) -> int:
-    return max(1, min(batch, _CHUNK_ELEMENTS // max(per_sample, 1)))
-
-
-def _whole_batches(u: Tensor) -> bool:
-    """All parents and the whole batch at once (an accelerator), or the CPU's loop."""
-    return not cpu_path(u)
 
 
 def _parent_groups(M: int, per_parent: int) -> list[slice]:
@@ -129,10 +116,10 @@ class _WeightedVoteSum(torch.autograd.Function):
         D = weight.shape[-1] // M
         w = weight.view(N * C, M * D)
         ctx.save_for_backward(u, weight, ca)
-        if _whole_batches(u):
+        if not cpu_path(u):  # an accelerator: every parent, the whole batch
             return _forward_batched(u, w, ca, D)
         out = u.new_empty(M, D, B)
-        ws, bc = _workspace(u), _batch_chunk(B, N * C)
+        ws, bc = _buffers(u), batch_chunk(u.device, N * C, B, _CHUNK_ELEMENTS)
         for b in range(0, B, bc):
             nb = min(bc, B - b)
             u_b, y, o = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("o", D, nb)
@@ -152,13 +139,13 @@ class _WeightedVoteSum(torch.autograd.Function):
         need_u, need_w, need_ca = ctx.needs_input_grad
         w = weight.view(N * C, M * D)
         grad = grad.contiguous()
-        if _whole_batches(u):
+        if not cpu_path(u):  # an accelerator: every parent, the whole batch
             return _backward_batched(u, w, ca, grad, (need_u, need_w, need_ca))
         grad_u = torch.zeros_like(u) if need_u else None
         grad_w = torch.zeros_like(weight) if need_w else None
         grad_w2 = grad_w.view(N * C, M * D) if grad_w is not None else None
         grad_ca = torch.empty_like(ca) if need_ca else None
-        ws, bc = _workspace(u), _batch_chunk(B, N * C)
+        ws, bc = _buffers(u), batch_chunk(u.device, N * C, B, _CHUNK_ELEMENTS)
         for b in range(0, B, bc):
             nb = min(bc, B - b)
             u_b, y, h = u[:, :, b : b + nb], ws.get("y", N, C, nb), ws.get("h", N, C, nb)
