@@ -105,7 +105,8 @@ class _Fresh:
 
 def _buffers(ref: Tensor) -> _Workspace | _Fresh:
     """Reused scratch buffers on the CPU path; fresh ones on an accelerator or in inference mode."""
-    fresh = torch.is_inference_mode_enabled() or not cpu_path(ref)
+    # The device first: torch.compile cannot trace is_inference_mode_enabled (a graph break).
+    fresh = not cpu_path(ref) or torch.is_inference_mode_enabled()
     return _Fresh(ref) if fresh else _Workspace(ref)
 
 
