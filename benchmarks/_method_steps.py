@@ -41,6 +41,28 @@ TINY_MODEL: dict[str, dict[str, Any]] = {
 }
 
 
+def paper_copy(
+    name: str, tiny: bool, batches: int, batch_size: int | None = None
+) -> list[tuple[str, Any]]:
+    """Overrides of ``name``'s ``paper`` preset for a few bare training steps.
+
+    No validation; PoE trains one epoch in each of its three stages. ``tiny``: the widths of
+    :data:`TINY_MODEL` on mnist5k, batch ``batch_size`` (default 8), with images for
+    ``batches`` batches and one spare; otherwise the preset's data, at ``batch_size`` if given.
+    """
+    out: list[tuple[str, Any]] = [("monitor.knn_every_n_epochs", 0)]
+    if tiny:
+        batch = batch_size or 8
+        out += [("data.name", "mnist5k"), ("data.batch_size", batch)]
+        out += [("data.eval_batch_size", 16), ("data.train_subset", batch * (batches + 1))]
+        out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
+    elif batch_size:
+        out.append(("data.batch_size", batch_size))
+    if name == "poe":
+        out += [("model.stage_epochs", [1, 1, 1]), ("trainer.epochs", 3)]
+    return out
+
+
 def quiet_lightning() -> None:
     """Silence Lightning's start-up lines (GPU available, TPU available, ...)."""
     for name in ("lightning.pytorch", "lightning.fabric"):

@@ -62,6 +62,7 @@ from _method_steps import (
     build_method,
     fit_steps,
     method_from_config,
+    paper_copy,
     quiet_lightning,
 )
 from selfcaps.cli import main as selfcaps
@@ -107,19 +108,12 @@ def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str
 
 def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
     """The ``paper`` preset's overrides for the timed bare steps (no determinism, no validation)."""
-    out: list[tuple[str, Any]] = [
+    return [
         ("trainer.accelerator", args.accelerator),
         ("trainer.precision", precision),
         ("trainer.deterministic", False),
-        ("monitor.knn_every_n_epochs", 0),
+        *paper_copy(name, args.tiny, args.warmup + args.steps),
     ]
-    if args.tiny:
-        out += [("data.name", "mnist5k"), ("data.batch_size", 8), ("data.eval_batch_size", 16)]
-        out += [("data.train_subset", 8 * (args.warmup + args.steps + 1))]
-        out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
-    if name == "poe":
-        out += [("model.stage_epochs", [1, 1, 1]), ("trainer.epochs", 3)]
-    return out
 
 
 def pretrain(name: str, out: Path, steps: int, shared: list[str], resume: bool = False) -> int:

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from _method_steps import METHODS, TINY_MODEL, build_method, fit_steps, quiet_lightning
+from _method_steps import METHODS, build_method, fit_steps, paper_copy, quiet_lightning
 from selfcaps.caps.chunking import sized_for
 from selfcaps.eval.dispatch import DispatchTally
 from selfcaps.eval.profile import flop_counter
@@ -102,18 +102,9 @@ class PhaseCounter(Callback):
 
 
 def overrides(name: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """The preset overrides of this measurement: no validation, tiny widths with ``--tiny``."""
-    out: list[tuple[str, Any]] = [("monitor.knn_every_n_epochs", 0), ("trainer.accelerator", "cpu")]
-    if args.tiny:
-        batch = args.batch_size or 8
-        out += [("data.name", "mnist5k"), ("data.batch_size", batch)]
-        out += [("data.train_subset", batch * (args.warmup + args.steps + 2))]
-        out += [(f"model.{k}", v) for k, v in TINY_MODEL[name].items()]
-    elif args.batch_size:
-        out.append(("data.batch_size", args.batch_size))
-    if name == "poe":  # each stage a short epoch; counted in the autoencoder stage
-        out += [("model.stage_epochs", [1, 1, 1]), ("trainer.epochs", 3)]
-    return out
+    """The preset overrides of this measurement (PoE is counted in its autoencoder stage)."""
+    batches = args.warmup + args.steps + 1
+    return [("trainer.accelerator", "cpu"), *paper_copy(name, args.tiny, batches, args.batch_size)]
 
 
 def data_ms(dm: Any, batches: int) -> float:
