@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
@@ -240,9 +240,7 @@ class CapsuleMethod(L.LightningModule):
         """Check the loss and the gradients (one host read); stop or skip the step if not finite."""
         self.finite_step(getattr(self, "_step_loss", None))
 
-    def finite_step(
-        self, loss: Tensor | None, params: Iterable[nn.Parameter] | None = None
-    ) -> bool:
+    def finite_step(self, loss: Tensor | None) -> bool:
         """``True`` if ``loss`` and every gradient are finite; else stop, or skip the step.
 
         One flag is computed on the device (the max-norm of every gradient, one fused op per
@@ -254,15 +252,11 @@ class CapsuleMethod(L.LightningModule):
 
         Args:
             loss: The step's loss (``None``: gradients only).
-            params: The parameters checked (default: all of the module's).
 
         Returns:
             Whether the step is finite (``False``: skipped).
         """
         named = [(n, p) for n, p in self.named_parameters() if p.grad is not None]
-        if params is not None:
-            wanted = {id(p) for p in params}
-            named = [(n, p) for n, p in named if id(p) in wanted]
         flags = [torch.isfinite(loss).reshape(1)] if loss is not None else []
         if named:
             norms = torch._foreach_norm([p.grad for _, p in named], float("inf"))
