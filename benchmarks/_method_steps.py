@@ -24,9 +24,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
+from selfcaps.data.datamodule import SelfcapsDataModule
 from selfcaps.methods import get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
 
 METHODS = ("coca", "sparsecaps", "mcae", "encapnet", "poe")
 

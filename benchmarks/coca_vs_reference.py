@@ -54,10 +54,10 @@ from _common import load_average, set_threads
 from coca_step import reference_ntxent
 from selfcaps import create_model
 from selfcaps.data import EvalTransform, dataset_info, get_dataset
+from selfcaps.data.datamodule import seeded_subset
 from selfcaps.data.splits import carve_validation
 from selfcaps.eval import knn_evaluate
 from selfcaps.eval.labels import dataset_targets
-from selfcaps.methods.datamodule import seeded_subset
 
 #: The reference code's CIFAR-10 normalisation (``utils.py``).
 REFERENCE_MEAN = (0.4914, 0.4822, 0.4465)
@@ -218,10 +218,10 @@ def train_selfcaps(
     """``selfcaps.methods.CoCa`` trained by the selfcaps engine on ``train``."""
     import lightning as L
 
-    from selfcaps.cli.config import load_config, parse_overrides
+    from selfcaps.config.loading import load_config, parse_overrides
+    from selfcaps.data.datamodule import SelfcapsDataModule
+    from selfcaps.engine.trainer import build_trainer
     from selfcaps.methods import get_method
-    from selfcaps.methods.datamodule import SelfcapsDataModule
-    from selfcaps.methods.engine import build_trainer
 
     overrides = [
         ("data.root", root),

@@ -66,10 +66,10 @@ from _method_steps import (
     quiet_lightning,
 )
 from selfcaps.cli import main as selfcaps
-from selfcaps.cli.config import load_config, load_yaml
+from selfcaps.config.loading import load_config, load_yaml
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.eval.profile import flop_counter
 from selfcaps.methods.base import NonFiniteError
-from selfcaps.methods.io import load_checkpoint
 
 PRECISIONS = {"bf16-mixed": torch.bfloat16, "32-true": torch.float32}
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.eval.profile import count_flops
-from selfcaps.methods.mcae import _input_size
+from selfcaps.methods.mcae.method import _input_size
 from selfcaps.models.mcae import ConvMixerPrimaryCaps
 
 #: preset: (image channels, the dataset, Table 2's ConvMixer mFLOPs)

@@ -34,7 +34,7 @@ import torch
 
 from _common import load_average, set_threads
 from mcae_step import make_steps
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:

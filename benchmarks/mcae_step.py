@@ -34,7 +34,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from _common import gemm_peak_flops, interleaved_ratio, load_average, set_threads
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.losses import class_nll, masked_patch_mse
 from selfcaps.methods.base import build_optimizer
 from selfcaps.models.mcae import MCAENet

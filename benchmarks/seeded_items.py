@@ -1,7 +1,7 @@
 """Cost of seeding each training image's transform: ``torch.manual_seed`` vs the CPU generator.
 
 Every training image is transformed under a generator seeded by ``(seed, epoch, index)``
-(:class:`selfcaps.methods.datamodule.SeededTransformDataset`). ``torch.manual_seed`` also
+(:class:`selfcaps.data.datamodule.SeededTransformDataset`). ``torch.manual_seed`` also
 seeds every accelerator; in a CUDA build of torch whose CUDA is not initialised (any CPU run
 of the default wheel) each call formats the Python stack for CUDA's lazy initialisation, so
 its cost grows with the stack's depth. The items are fetched at ``--depth`` extra Python
@@ -20,7 +20,7 @@ from torch.utils.data import TensorDataset
 
 from _common import interleaved_ratio, load_average, set_threads
 from selfcaps.data import SimCLRTransform
-from selfcaps.methods.datamodule import SeededTransformDataset, mix_seed
+from selfcaps.data.datamodule import SeededTransformDataset, mix_seed
 
 
 class ManualSeedDataset(SeededTransformDataset):

@@ -19,9 +19,9 @@ import argparse
 import torch
 
 from _common import interleaved_ratio, load_average, set_threads
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.methods.base import build_optimizer
-from selfcaps.methods.sparsecaps import SparseCaps
+from selfcaps.methods.sparsecaps.method import SparseCaps
 
 
 def make_step(preset: str, x: torch.Tensor) -> tuple[SparseCaps, object]:

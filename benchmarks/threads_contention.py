@@ -15,9 +15,9 @@ the kNN monitor and the final evaluation do). Configurations, run round-robin
 * ``2 threads spin N`` (N = 3000, 30000): 2 threads, ``GOMP_SPINCOUNT=N``: a waiting thread
   spins N times, then sleeps (libgomp's default is 300,000 spins, passive is 0);
 * ``auto``: ``trainer.threads: auto``: the thread count the load leaves free now
-  (:func:`selfcaps.cli.threads.auto_threads`), with the command's wait policy;
+  (:func:`selfcaps.engine.threads.auto_threads`), with the command's wait policy;
 * ``default``: the command's default (``trainer.threads: null``): every core, and the wait
-  policy :func:`selfcaps.cli.threads.set_openmp_wait` chooses from the load now.
+  policy :func:`selfcaps.engine.threads.set_openmp_wait` chooses from the load now.
 
 For each it prints the median wall and CPU seconds (user + system of the whole process,
 all threads) per training step and per evaluation batch, and their ratios to ``1 thread``.
@@ -57,7 +57,7 @@ CONFIGS = {
 def worker(args: argparse.Namespace) -> None:
     """Train and evaluate in this process; print one JSON line of medians."""
     if args.threads in ("auto", "default"):
-        from selfcaps.cli.threads import auto_threads, set_openmp_wait
+        from selfcaps.engine.threads import auto_threads, set_openmp_wait
 
         set_openmp_wait()  # before torch is imported, as the command does
         threads, _ = auto_threads(use_load=args.threads == "auto")
@@ -66,7 +66,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from _method_steps import build_method, fit_steps, quiet_lightning
-    from selfcaps.cli.threads import wait_policy
+    from selfcaps.engine.threads import wait_policy
 
     torch.set_num_threads(threads)
     quiet_lightning()

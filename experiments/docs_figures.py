@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 from PIL import Image
 
-from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
+from selfcaps.run.rundir import SELFCAPS_COMMAND, args_to_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_FIGURES = ROOT / "docs" / "figures"

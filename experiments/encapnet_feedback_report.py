@@ -3,7 +3,7 @@
 Prints, for every run directory under ``ROOT``: the setting, steps, training seconds, validation
 and test top-1; then one row per arm (runs named ``ARM_sSEED``): test top-1 per seed, mean and
 standard deviation, and the difference from the ``off`` arm (``off_X`` for an arm ``..._X``)
-paired by seed with its 95% interval and verdict (``selfcaps.eval.paired``); and for runs with
+paired by seed with its 95% interval and verdict (``selfcaps.results.paired``); and for runs with
 the gradient probe (``loss.probe_every``), the trace of the margin loss, the weighted feedback
 loss ``lambda * sum W``, the norms of the gradients each term sends into the network's weights,
 their ratio and cosine.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from selfcaps.cli.rundir import run_finished
-from selfcaps.eval.paired import paired_comparison
+from selfcaps.results.paired import paired_comparison
+from selfcaps.run.rundir import run_finished
 
 PROBE = ("probe_cls_loss", "probe_ot_loss", "probe_grad_cls", "probe_grad_ot", "probe_grad_cos")
 

@@ -47,7 +47,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run
+from selfcaps.run.rundir import SELFCAPS_COMMAND, args_to_run
 
 #: Training images of CIFAR-10 after the 5,000 validation images are carved out; batch size.
 TRAIN_IMAGES, BATCH = 45_000, 128

@@ -3,7 +3,7 @@
 For every case whose two arms have runs (``OUT/ARM_sSEED/metrics.json``): the paper's label and
 numbers (error %), the paper's direction, each arm's test top-1 mean +- sd over the seeds both
 arms share, the paired difference (arm - control, by seed) with its 95% interval
-(``selfcaps.eval.paired``) and the verdict against the paper's direction. With fewer than three
+(``selfcaps.results.paired``) and the verdict against the paper's direction. With fewer than three
 shared seeds there is no verdict ("not resolved (too few seeds)") and the per-seed differences are
 printed instead of an interval. Cases whose paper direction is ``=`` ("barely matter") are
 *reversed* when the interval excludes 0.
@@ -20,8 +20,8 @@ import math
 import sys
 from pathlib import Path
 
-from selfcaps.cli.rundir import run_finished
-from selfcaps.eval.paired import NOT_RESOLVED, REVERSED, paired_comparison
+from selfcaps.results.paired import NOT_RESOLVED, REVERSED, paired_comparison
+from selfcaps.run.rundir import run_finished
 
 _spec = importlib.util.spec_from_file_location(
     "encapnet_table3", Path(__file__).with_name("encapnet_table3.py")

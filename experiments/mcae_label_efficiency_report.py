@@ -3,7 +3,7 @@
     python experiments/mcae_label_efficiency_report.py OUT_DIR [--fraction F] [--finetune-epochs N]
 
 Prints one row per seed (the labelled subset), the mean +- standard deviation of each arm, the
-paired difference with its 95% interval and the verdict (``selfcaps.eval.paired``), and the
+paired difference with its 95% interval and the verdict (``selfcaps.results.paired``), and the
 minutes each run took.
 """
 
@@ -13,9 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
-from selfcaps.cli.rundir import run_finished
-from selfcaps.config_checks.labels import label_suffix
-from selfcaps.eval.paired import paired_comparison
+from selfcaps.config.checks.labels import label_suffix
+from selfcaps.results.paired import paired_comparison
+from selfcaps.run.rundir import run_finished
 
 
 def _load(path: Path) -> dict:

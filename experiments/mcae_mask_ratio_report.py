@@ -5,7 +5,7 @@
 One row per mask ratio: the probe's test top-1 per seed, its mean +- standard deviation, the
 validation masked-patch MSE at the end of pretraining, the paired difference to the untrained
 network of the same seed (same labelled subset) with its 95% interval and verdict
-(``selfcaps.eval.paired``), and the minutes of pretraining.
+(``selfcaps.results.paired``), and the minutes of pretraining.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from selfcaps.eval.paired import paired_comparison
+from selfcaps.results.paired import paired_comparison
 
 KEY = "linear_top1_capsule_lf10"
 

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
+from selfcaps.run.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
 
 PRESET = "center_parents_sparse"
 

@@ -9,7 +9,7 @@ capsules' total input, their mean on-probability (squashed length ``|z|^2 / (1 +
 the size of Algorithm 1's model (negative) term relative to its data (positive) term; and on
 256 fixed training images (as the run logs after every stage-2 epoch): ``W``'s share on the
 top eigenvector of the primaries' uncentred second moment and the capsule-pair similarity of
-``W`` (:func:`selfcaps.methods.poe_collapse.collapse_stats`). It also prints that second
+``W`` (:func:`selfcaps.methods.poe.collapse.collapse_stats`). It also prints that second
 moment's top eigenvalue as a share of its trace and the second eigenvalue over the first.
 JSON on stdout.
 
@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from selfcaps.cli.evaluate import load_run_dir
 from selfcaps.data import EvalTransform
+from selfcaps.data.datamodule import TransformDataset
 from selfcaps.losses.contrastive_divergence import encoder_cd_terms, sparsity_term
-from selfcaps.methods.datamodule import TransformDataset
-from selfcaps.methods.poe_collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
+from selfcaps.methods.poe.collapse import COLLAPSE_IMAGES, collapse_stats, spread_images
+from selfcaps.run.evaluate import load_run_dir
 
 
 def _norm_ratio(a: torch.Tensor, b: torch.Tensor) -> float:

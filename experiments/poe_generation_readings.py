@@ -25,14 +25,14 @@ import torch
 from omegaconf import OmegaConf
 
 from selfcaps.caps import squash
-from selfcaps.cli.config import load_yaml
-from selfcaps.cli.run import resolve_data_root
+from selfcaps.config.loading import load_yaml
+from selfcaps.data.datamodule import SelfcapsDataModule
+from selfcaps.data.paths import resolve_data_root
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods import get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.figures import ImageGrid
-from selfcaps.methods.io import load_checkpoint
-from selfcaps.methods.poe_judge import purity_metrics, train_judge
+from selfcaps.methods.poe.judge import purity_metrics, train_judge
 from selfcaps.viz import render_figure
+from selfcaps.viz.figures import ImageGrid
 
 
 @torch.no_grad()

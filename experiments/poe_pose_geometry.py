@@ -4,7 +4,7 @@ For each finished ``poe`` run (its ``best.ckpt``, the run's own judge retrained 
 evaluation trains it, so the purity it recomputes is the run's ``purity_mean_restricted``):
 
 - the rank-one share of every capsule's encoder map ``W_j`` and decoder map ``U_j``
-  (``selfcaps.methods.poe_geometry``): 1 when a capsule's 16 pose dimensions act as one; the
+  (``selfcaps.methods.poe.geometry``): 1 when a capsule's 16 pose dimensions act as one; the
   same for the untrained layer (``_untrained``, as the run's evaluation draws it); and how
   closely ``U_j``'s top direction follows ``m_j`` (``decoder_axis_cos``, mean ``|cos|``);
 - where the test images' own poses lie: the cosine of each image's longest capsule's pose to
@@ -36,10 +36,9 @@ from typing import Any
 
 import torch
 
-from selfcaps.cli.evaluate import load_run_dir
-from selfcaps.eval.progress import set_progress
-from selfcaps.methods.atomic import atomic_write_json
-from selfcaps.methods.poe_geometry import (
+from selfcaps.engine.atomic import atomic_write_json
+from selfcaps.engine.progress import set_progress
+from selfcaps.methods.poe.geometry import (
     angle_agreement,
     angle_bins,
     decoder_axis_alignment,
@@ -48,7 +47,8 @@ from selfcaps.methods.poe_geometry import (
     pose_angles,
     rank_metrics,
 )
-from selfcaps.methods.poe_judge import capsule_predictions, class_purity, train_judge
+from selfcaps.methods.poe.judge import capsule_predictions, class_purity, train_judge
+from selfcaps.run.evaluate import load_run_dir
 
 
 def pose_geometry(run_dir: Path, edges: list[float], data_root: str | None) -> dict[str, Any]:

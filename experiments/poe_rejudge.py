@@ -1,7 +1,7 @@
 """PoE capsules: how much the purity metrics depend on the judging CNN.
 
 A capsule's purity is the share of its samples that a small CNN, trained on the run's
-training split, gives its most frequent class (``selfcaps.methods.poe_judge``). The judge is
+training split, gives its most frequent class (``selfcaps.methods.poe.judge``). The judge is
 a measuring instrument with its own errors: a judge that misreads real digits also misreads
 samples. This script rescores the *same* samples of finished runs (their ``best.ckpt``, the
 run's ``samples.seed`` and ``samples.per_capsule``) with judges trained for several numbers of
@@ -44,10 +44,10 @@ from typing import Any
 
 import torch
 
-from selfcaps.cli.evaluate import load_run_dir
-from selfcaps.eval.progress import set_progress
-from selfcaps.methods.atomic import update_json
-from selfcaps.methods.poe_judge import purity_metrics, train_judge
+from selfcaps.engine.atomic import update_json
+from selfcaps.engine.progress import set_progress
+from selfcaps.methods.poe.judge import purity_metrics, train_judge
+from selfcaps.run.evaluate import load_run_dir
 
 DOMAINS = {"": False, "_restricted": True}  # metric suffix -> restricted domain
 

@@ -2,7 +2,7 @@
 
 For each finished ``poe`` run (its ``best.ckpt``), every test image (the run's first
 ``eval.max_images``) goes to its longest capsule, and each capsule's group of images is read
-by its true labels (``selfcaps.methods.poe_selectivity``): the share of the group's most
+by its true labels (``selfcaps.methods.poe.selectivity``): the share of the group's most
 frequent class is how selectively the capsule turns on for one digit. Beside it, the purity
 of the capsule's generated samples in the restricted domain, as the run's own evaluation
 read it (``metrics.json``, the run's judge): the encoder's side and the generator's side of
@@ -35,16 +35,16 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.cluster import KMeans
 
-from selfcaps.cli.evaluate import load_run_dir
-from selfcaps.eval.progress import set_progress
-from selfcaps.methods.atomic import atomic_write_json
-from selfcaps.methods.poe_reconstruction import capped_batches
-from selfcaps.methods.poe_selectivity import (
+from selfcaps.engine.atomic import atomic_write_json
+from selfcaps.engine.progress import set_progress
+from selfcaps.methods.poe.reconstruction import capped_batches
+from selfcaps.methods.poe.selectivity import (
     group_counts,
     group_purity,
     loader_group_counts,
     selectivity_metrics,
 )
+from selfcaps.run.evaluate import load_run_dir
 
 
 @torch.no_grad()

@@ -5,7 +5,7 @@ effect on the dense-vs-sparse gap. How the fit and test images of protocol (a) a
 drawn needs no training: this script reloads finished runs of one ladder rung
 (``<rung>/<variant>_seed<S>`` directories written by ``sparsecaps_ladder.py``),
 re-runs the method's own evaluation on ``affnist_like`` once per
-``eval.affnist_halves`` mode (:mod:`selfcaps.methods.affnist_halves`; a run whose
+``eval.affnist_halves`` mode (:mod:`selfcaps.methods.sparsecaps.affnist_halves`; a run whose
 ``metrics.json`` already used the mode is read, not re-run), and prints
 ``svm_affnist_a`` per feature, mean +- sd over seeds, and sparse - dense paired by
 seed. Results go to ``<rung>/halves.json`` and ``<rung>/halves.md`` (results already in
@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from selfcaps.cli.config import load_yaml
+from selfcaps.config.loading import load_yaml
 from selfcaps.data.affine import AFFNIST_VERSIONS
+from selfcaps.data.datamodule import SelfcapsDataModule
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods import get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.io import load_checkpoint
-from selfcaps.methods.sparsecaps_svm import svm_metric
+from selfcaps.methods.sparsecaps.svm import svm_metric
 
 # feature name -> kind; values are read with svm_metric, so runs and halves.json files from
 # before the headline read v (svm_affnist_a_unmasked) give the same columns

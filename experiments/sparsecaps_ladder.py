@@ -42,13 +42,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from selfcaps.cli.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
-from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
+from selfcaps.methods.sparsecaps.svm import svm_key, svm_metric
+from selfcaps.run.rundir import SELFCAPS_COMMAND, args_to_run, run_finished
 
 VARIANTS = ("sparse", "dense")
 # (label, variant, key of a row): the curves of the figure. Rows use the method's keys
 # (``svm_<protocol>`` = v, the headline; ``svm_<protocol>_masked`` = v' = m v), whichever
-# layout the run's metrics.json has (:func:`~selfcaps.methods.sparsecaps_svm.svm_metric`).
+# layout the run's metrics.json has (:func:`~selfcaps.methods.sparsecaps.svm.svm_metric`).
 V, V_MASKED = "svm_affnist_a", "svm_affnist_a_masked"
 CURVES = (
     ("sparse, v (headline: section 2.3, reference code)", "sparse", V),

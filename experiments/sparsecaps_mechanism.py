@@ -14,7 +14,7 @@ test images with each network in eval mode and draws:
   left, dense right.
 
 The statistics and figure specifications are the method's own
-(:mod:`selfcaps.methods.sparsecaps_figures`); this script only loads, encodes and places
+(:mod:`selfcaps.methods.sparsecaps.figures`); this script only loads, encodes and places
 the panels side by side. It prints, per network, the last point of the Fig. 3
 curve and each capsule's share of rank 0 in Fig. 4.
 
@@ -41,17 +41,17 @@ from torch.utils.data import DataLoader, Subset
 
 import selfcaps
 from selfcaps.data import get_dataset
-from selfcaps.methods.datamodule import TransformDataset
-from selfcaps.methods.figures import Figure
-from selfcaps.methods.sparsecaps import CanvasTransform
-from selfcaps.methods.sparsecaps_figures import (
+from selfcaps.data.datamodule import TransformDataset
+from selfcaps.methods.sparsecaps.figures import (
     equivariance_sweep,
     rank_frequency,
     rank_frequency_plot,
     ranked_support,
     support_plot,
 )
+from selfcaps.methods.sparsecaps.method import CanvasTransform
 from selfcaps.models.sparsecaps import SparseCapsNet
+from selfcaps.viz.figures import Figure
 from selfcaps.viz.render import render_figure
 
 

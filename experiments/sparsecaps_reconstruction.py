@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from selfcaps.cli.evaluate import load_run_dir
+from selfcaps.run.evaluate import load_run_dir
 
 #: The paper's values (section 3.5), for the table's last row.
 PAPER = {"mnist": 7.75, "affnist": 18.49}

@@ -93,7 +93,7 @@ def assert_evaluation_record(run_dir: Path, prefix: str, query_split: str = "tes
     import json
 
     import selfcaps
-    from selfcaps.methods.evaluation import weights_digest
+    from selfcaps.eval.method_metrics import weights_digest
 
     m = json.loads((run_dir / "metrics.json").read_text())
     assert m[f"{prefix}_query_split"] == query_split

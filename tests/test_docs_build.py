@@ -25,7 +25,7 @@ API_OBJECTS = {
     "eval": ("selfcaps.eval.knn_predict", "selfcaps.eval.finetune.finetune"),
     "data": ("selfcaps.data.get_dataset", "selfcaps.data.SimCLRTransform"),
     "models": ("selfcaps.models.create_model", "selfcaps.models.weights.read_weights"),
-    "methods": ("selfcaps.methods.trained.load_run", "selfcaps.methods.base.CapsuleMethod"),
+    "methods": ("selfcaps.run.trained.load_run", "selfcaps.methods.base.CapsuleMethod"),
 }
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from selfcaps.cli.config import load_config
 from selfcaps.cli.main import build_parser
+from selfcaps.config.loading import load_config
 from selfcaps.methods.encapnet import EncapNetMethod
 from tests.repo_paths import from_repo
 from tests.scripts import load_script
@@ -26,7 +26,8 @@ report = _load("encapnet_table3_report")
 
 def _config(arm, steps=200):
     """The resolved configuration of one run, as `selfcaps run` builds it (no data read)."""
-    from selfcaps.cli import run
+    from selfcaps.cli.run import spec_from_args
+    from selfcaps.run import train as run
 
     argv = table3.run_args(Path("/nonexistent/out"), arm, 0, steps, "/nonexistent/data")
     args, extra = build_parser(argv).parse_known_args(argv)
@@ -34,7 +35,7 @@ def _config(arm, steps=200):
     old = run.check_run_data
     run.check_run_data = lambda *a: None
     try:
-        cfg = run.prepare_run(args)[0]
+        cfg = run.prepare_run(spec_from_args(args))[0]
     finally:
         run.check_run_data = old
     return cfg

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from selfcaps.cli.main import build_parser
-from selfcaps.cli.run import prepare_run
+from selfcaps.cli.run import spec_from_args
+from selfcaps.run.train import prepare_run
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SMOKE = ["--accelerator", "cpu", "--steps", "2", "--warmup", "1", "--resume-steps", "4", "--tiny"]
@@ -39,7 +40,7 @@ def test_every_methods_tiny_paper_copy_is_a_valid_run(gpu_check, method, tmp_pat
     argv += gpu_check.method_args(method, "bf16-mixed", args)
     parsed, extra = build_parser(argv).parse_known_args(argv)
     parsed.overrides = extra
-    cfg, out, ckpt, _ = prepare_run(parsed)
+    cfg, out, ckpt, _ = prepare_run(spec_from_args(parsed))
     assert (cfg.preset, cfg.data.name, cfg.trainer.precision) == ("paper", "mnist5k", "bf16-mixed")
     assert cfg.eval.figures is False  # the resume check draws no figures
     assert ckpt is None and not out.exists()  # checked, nothing written

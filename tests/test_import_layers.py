@@ -7,7 +7,7 @@ ones before it::
 
     caps -> models -> losses -> data -> eval -> methods -> viz -> cli
 
-Below every layer: ``selfcaps._names``, ``selfcaps.config_checks`` and
+Below every layer: ``selfcaps._names``, ``selfcaps.config.checks`` and
 ``selfcaps.records`` (torch-free: the command line lists the methods and checks a
 configuration without torch), and ``selfcaps.configs`` (YAML presets). The package
 itself (``selfcaps``: ``__version__`` and lazy shortcuts such as ``selfcaps.load_run``)
@@ -21,11 +21,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS = ("caps", "models", "losses", "data", "eval", "methods", "viz", "cli")
-#: Packages (and modules) below every layer: they import no layer.
-FOUNDATION = ("_names", "config_checks", "configs", "records")
-#: The package's own ``__init__`` and ``__main__``: entry points, may import any layer.
-ENTRY = ("selfcaps", "selfcaps.__main__")
+LAYERS = (
+    "caps",
+    "models",
+    "losses",
+    "data",
+    "engine",
+    "eval",
+    "viz",
+    "methods",
+    "run",
+    "results",
+    "cli",
+)
+#: Packages (and modules) below every layer, in their order: they import no layer.
+FOUNDATION = ("_names", "records", "config", "configs")
+#: The package's own ``__init__`` and ``__main__``, and the finder of moved paths: entry
+#: points, may import any layer.
+ENTRY = ("selfcaps", "selfcaps.__main__", "selfcaps._moved")
 #: Third-party packages a foundation module must not import.
 HEAVY = ("torch", "lightning", "torchvision", "timm", "numpy")
 
@@ -91,26 +104,29 @@ IMPORTS = {m: _imports(m) for m in MODULES}
 
 
 def _group(module: str) -> str:
-    """The layer (or ``foundation`` / ``entry``) of a module."""
+    """The layer or foundation package of a module (``entry`` for the entry points)."""
     if module in ENTRY:
         return "entry"
     top = module.split(".")[1]
-    if top in LAYERS:
+    if top in LAYERS or top in FOUNDATION:
         return top
-    if top in FOUNDATION:
-        return "foundation"
     raise AssertionError(f"{module} is in no layer: add its package to LAYERS or FOUNDATION")
+
+
+def _rank(group: str) -> int:
+    """Position in the order foundation (its own order) then layers."""
+    if group in FOUNDATION:
+        return FOUNDATION.index(group)
+    return len(FOUNDATION) + LAYERS.index(group)
 
 
 def _allowed(source: str, target: str) -> bool:
     src, dst = _group(source), _group(target)
     if src == "entry" or target == "selfcaps":  # the package's __version__ and shortcuts
         return True
-    if dst == "foundation":
-        return True
-    if src == "foundation" or dst == "entry":
+    if dst == "entry":
         return False
-    return LAYERS.index(dst) <= LAYERS.index(src)
+    return _rank(dst) <= _rank(src)
 
 
 def test_every_module_is_in_a_layer():
@@ -133,7 +149,7 @@ def test_foundation_modules_import_no_torch():
     bad = {
         m: sorted(ext & set(HEAVY))
         for m, (_, ext) in IMPORTS.items()
-        if _group(m) == "foundation" and ext & set(HEAVY)
+        if _group(m) in FOUNDATION and ext & set(HEAVY)
     }
     assert bad == {}
 
@@ -182,7 +198,9 @@ def test_the_walker_sees_a_planted_upward_import_and_cycle(monkeypatch):
     """The checks are not vacuous: an upward import and a two-module cycle are reported."""
     up = Import("selfcaps.caps.functional", "selfcaps.cli.main", 1)
     assert not _allowed(up.source, up.target)
-    assert not _allowed("selfcaps.config_checks.shared", "selfcaps.caps.functional")
+    assert not _allowed("selfcaps.config.checks.shared", "selfcaps.caps.functional")
+    assert not _allowed("selfcaps.records.sparsecaps", "selfcaps.config.checks.sparsecaps")
+    assert not _allowed("selfcaps.eval.protocols", "selfcaps.methods.base")
     planted = dict(IMPORTS)
     planted["selfcaps.caps.layers"] = (
         [Import("selfcaps.caps.layers", "selfcaps.caps.routing", 1)],

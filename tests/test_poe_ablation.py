@@ -13,7 +13,7 @@ def _poe_ablation():
 
 
 def test_poe_ablation_arms_each_put_one_change_back_to_the_paper():
-    from selfcaps.cli.config import load_config, parse_overrides
+    from selfcaps.config.loading import load_config, parse_overrides
 
     module = _poe_ablation()
     full = load_config("poe", module.PRESET)

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from selfcaps import _moved
+
+__version__ = "0.2.0"
+
+_moved.install()  # old module paths of the 0.2 restructuring warn and keep working
 
 if TYPE_CHECKING:
-    from selfcaps.methods.trained import load_run
     from selfcaps.models import create_model, list_models
+    from selfcaps.run.trained import load_run
 
 __all__ = ["__version__", "create_model", "list_models", "load_run"]
 
@@ -24,7 +28,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(models, name)
     if name == "load_run":
-        from selfcaps.methods.trained import load_run
+        from selfcaps.run.trained import load_run
 
         return load_run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from selfcaps.cli import main
-from selfcaps.cli.bench import BenchRow, collect_rows, render_report
-from selfcaps.cli.provenance import cpu_name, git_commit
+from selfcaps.results.bench import BenchRow, collect_rows, render_report
+from selfcaps.run.provenance import cpu_name, git_commit
 
 TINY = [
     "data.batch_size=32",
@@ -124,8 +124,8 @@ def test_notes_name_the_values_a_reader_needs_to_judge_the_top1(tmp_path):
 @pytest.mark.parametrize("state", ["fresh", "stopped", "finished"])
 def test_execute_starts_resumes_with_the_budget_or_skips(tmp_path, monkeypatch, state):
     """A stopped row resumes under its saved configuration plus the row's --max-time only."""
-    from selfcaps.cli import suite_runs
-    from selfcaps.methods.atomic import atomic_write_text
+    from selfcaps.engine.atomic import atomic_write_text
+    from selfcaps.results import suite_runs
 
     run_dir = tmp_path / "coca"
     budget = ["--max-time", "00:00:05:00"]

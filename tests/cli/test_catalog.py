@@ -1,11 +1,10 @@
 """The torch-free names of the command line (the records') equal the registries they stand for."""
 
 import selfcaps
-from selfcaps.cli import catalog
-from selfcaps.cli.config import list_presets, load_config
 from selfcaps.cli.listing import format_listing
-from selfcaps.config_checks.sparsecaps import VARIANTS
-from selfcaps.data import list_datasets
+from selfcaps.config.checks.sparsecaps import VARIANTS
+from selfcaps.config.loading import list_presets, load_config
+from selfcaps.data import catalog, list_datasets
 from selfcaps.methods import get_method, list_methods
 from selfcaps.records import get_record, list_records
 

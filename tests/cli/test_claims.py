@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from selfcaps.cli import main
-from selfcaps.cli.claims import claim_figure, collect_claims, plan_claims, render_claims
 from selfcaps.methods import list_methods
 from selfcaps.records import get_record
+from selfcaps.results.claims import claim_figure, collect_claims, plan_claims, render_claims
 
 
 def _args(out: Path, **kw) -> argparse.Namespace:
@@ -138,7 +138,7 @@ def test_claims_suite_end_to_end_and_resumable(tmp_path):
 
 
 def test_the_long_tier_runs_each_claim_at_its_pages_rung(tmp_path):
-    from selfcaps.cli.config import ConfigError, list_presets
+    from selfcaps.config.loading import ConfigError, list_presets
 
     plans = plan_claims(_args(tmp_path, tier="long"))
     by_method = {p.method: p for p in plans}

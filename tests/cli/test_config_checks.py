@@ -5,9 +5,9 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from selfcaps.cli.config import list_presets, load_config
-from selfcaps.config_checks import check_config, check_method_config
-from selfcaps.config_checks._expect import expect
+from selfcaps.config.checks import check_config, check_method_config
+from selfcaps.config.checks._expect import expect
+from selfcaps.config.loading import list_presets, load_config
 
 PRESETS = [(m, p) for m, names in sorted(list_presets().items()) for p in sorted(names)]
 

@@ -5,7 +5,7 @@ import multiprocessing
 
 import pytest
 
-from selfcaps.methods.atomic import update_json
+from selfcaps.engine.atomic import update_json
 
 WRITERS = 4
 KEYS_EACH = 40

@@ -5,8 +5,8 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from selfcaps.cli import config
-from selfcaps.cli.config import ConfigError, flat_keys, list_presets, load_config
+from selfcaps.config import loading as config
+from selfcaps.config.loading import ConfigError, flat_keys, list_presets, load_config
 
 
 @pytest.mark.parametrize(

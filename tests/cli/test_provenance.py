@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import selfcaps
-from selfcaps.cli.provenance import NOT_A_CHECKOUT, cpu_features, cpu_name, git_commit, machine
+from selfcaps.run.provenance import NOT_A_CHECKOUT, cpu_features, cpu_name, git_commit, machine
 
 PACKAGE = Path(selfcaps.__file__).resolve().parent
 
@@ -72,7 +72,7 @@ def test_a_run_records_the_commit_it_started_from(tmp_path, monkeypatch):
     import json
 
     from selfcaps.cli import main
-    from selfcaps.cli import run as run_module
+    from selfcaps.run import train as run_module
     from tests.runs import TINY
 
     calls = iter(["started-here", "checked-out-later"])

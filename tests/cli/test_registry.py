@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from selfcaps.cli import config as config_module
 from selfcaps.cli.main import main
-from selfcaps.cli.presets import config_text, preset_source
-from selfcaps.cli.registry import (
+from selfcaps.config import loading as config_module
+from selfcaps.config.presets import config_text, preset_source
+from selfcaps.results.registry import (
     DEFAULT_REGISTRY,
     RegistryError,
     arm_config_hash,
@@ -19,7 +19,7 @@ from selfcaps.cli.registry import (
     config_hash,
     load_registry,
 )
-from selfcaps.cli.report import (
+from selfcaps.results.report import (
     BLOCK,
     chance_summary,
     doc_files,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from selfcaps.cli.config import ConfigError
 from selfcaps.cli.main import build_parser
 from selfcaps.cli.run import _overrides_from_args
+from selfcaps.config.loading import ConfigError
 
 
 def _overrides(*argv: str) -> list:

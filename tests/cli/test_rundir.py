@@ -6,13 +6,13 @@ import stat
 import pytest
 
 from selfcaps.cli.main import main
-from selfcaps.cli.rundir import (
+from selfcaps.engine.atomic import atomic_write_text
+from selfcaps.run.rundir import (
     args_to_run,
     make_run_dir,
     remove_if_empty,
     run_finished,
 )
-from selfcaps.methods.atomic import atomic_write_text
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_atomic_rewrite_keeps_the_files_mode(tmp_path):
 
 
 def test_a_run_failing_after_creating_its_directory_removes_it_if_empty(tmp_path, monkeypatch):
-    import selfcaps.methods.engine as engine
+    import selfcaps.engine.trainer as engine
     from tests.runs import TINY
 
     def broken(*_, **__):

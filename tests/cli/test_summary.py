@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from selfcaps.cli.summary import format_summary
 from selfcaps.records import get_record, list_records
+from selfcaps.run.summary import format_summary
 
 
 def test_summary_shows_headline_and_notes_not_every_metric():

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from selfcaps.cli import threads
-from selfcaps.cli.threads import apply_threads, choose_threads, set_openmp_wait, wait_policy
+from selfcaps.engine import threads
+from selfcaps.engine.threads import apply_threads, choose_threads, set_openmp_wait, wait_policy
 from tests.runs import subprocess_env
 
 
@@ -73,7 +73,7 @@ TRAINING_COMMAND = ["run", "coca", "optim.lr=-1"]
 def _command_policy(busy: float, argv: list[str] = TRAINING_COMMAND) -> str:
     """The wait variables the command sets, in a fresh interpreter with the busy cores given."""
     code = (
-        "import os, sys; from selfcaps.cli import threads; "
+        "import os, sys; from selfcaps.engine import threads; "
         f"threads.cores_busy_now = lambda: {busy}; "
         f"from selfcaps.cli.main import main; main({argv!r}); "
         "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), "

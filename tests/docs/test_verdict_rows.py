@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from selfcaps.cli.registry import Row, load_registry
+from selfcaps.results.registry import Row, load_registry
 from tests.docs.test_verdict_words import _NEG, _NUM, DIRECTION_WORDS, _number, pages, sentences
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,7 +203,7 @@ def _row(row_id: str, treatment, control, stale=None) -> Row:
 
 
 def _arm(values):
-    from selfcaps.cli.registry import Arm
+    from selfcaps.results.registry import Arm
 
     return Arm(label="a", preset="p", overrides=(), values=tuple(values))
 

@@ -17,9 +17,9 @@ import torch
 import torchvision.datasets as tvd
 
 from selfcaps.cli import main
-from selfcaps.cli.config import load_yaml
-from selfcaps.cli.data_get import check_run_data
+from selfcaps.config.loading import load_yaml
 from selfcaps.data import get_dataset
+from selfcaps.data.layouts import check_run_data
 from selfcaps.records import get_record
 from tests.data.formats import write_mnist
 from tests.e2e.local_server import point_mnist_at, serve

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from selfcaps.eval.paired import (
+from selfcaps.results.paired import (
     EQUIVALENT,
     HOLDS,
     NO_MARGIN,

@@ -4,7 +4,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from selfcaps.eval.progress import RunProgressBar, note, progress, set_progress
+from selfcaps.engine.progress import RunProgressBar, note, progress, set_progress
 
 
 class _Tiny(L.LightningModule):

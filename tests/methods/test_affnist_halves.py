@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from selfcaps.methods.affnist_halves import affnist_halves
-from selfcaps.methods.datamodule import mix_seed
+from selfcaps.data.datamodule import mix_seed
+from selfcaps.methods.sparsecaps.affnist_halves import affnist_halves
 
 
 def test_permutation_is_the_fixed_seeded_draw_with_disjoint_halves():

@@ -76,8 +76,8 @@ def test_weights_load_without_lightning(run_dir):
 
 def test_eval_command_adds_protocol_metrics(run_dir):
     from selfcaps.data import get_dataset
-    from selfcaps.methods.evaluation import weights_digest
-    from selfcaps.methods.trained import load_method
+    from selfcaps.eval.method_metrics import weights_digest
+    from selfcaps.run.trained import load_method
 
     assert main(["eval", str(run_dir), "--protocol", "linear"]) == 0
     m = json.loads((run_dir / "metrics.json").read_text())
@@ -144,10 +144,10 @@ def test_evaluation_records_the_split_it_scored_and_the_weights_it_used(run_dir)
     from omegaconf import OmegaConf
 
     from selfcaps.data import get_dataset
+    from selfcaps.data.datamodule import mix_seed
+    from selfcaps.eval.method_metrics import weights_digest
     from selfcaps.methods.coca import CoCa
-    from selfcaps.methods.datamodule import mix_seed
-    from selfcaps.methods.evaluation import weights_digest
-    from selfcaps.methods.trained import load_method
+    from selfcaps.run.trained import load_method
 
     m = json.loads((run_dir / "metrics.json").read_text())
     test_images = len(get_dataset("mnist5k", split="test"))  # the official split, not the run's
@@ -168,7 +168,7 @@ def test_evaluation_records_the_split_it_scored_and_the_weights_it_used(run_dir)
 
 
 def test_weights_digest_tells_weights_apart_and_ignores_nothing():
-    from selfcaps.methods.evaluation import weights_digest
+    from selfcaps.eval.method_metrics import weights_digest
 
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     b.load_state_dict(a.state_dict())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.methods import get_method
 
 METRICS = {"knn_top1_backbone": 94.5, "knn_top1_random_init": 89.0, "knn_top1_pixels": 91.52}

@@ -18,7 +18,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.methods import get_method, list_methods
 from tests.methods.test_encapnet import SMALL as ENCAPNET_SMALL
 
@@ -144,7 +144,7 @@ def test_real_compile_traces_the_loss(monkeypatch):
 def test_compile_mode_by_device_and_by_key(monkeypatch):
     """``trainer.compile_mode``: null gives torch's default on a CPU and reduce-overhead
     (CUDA graphs) on a CUDA GPU; a value is used as given; anything else is refused."""
-    from selfcaps.config_checks import check_config
+    from selfcaps.config.checks import check_config
 
     cls = get_method("coca")
     cfg = load_config("coca", "quick")

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.eval import count_flops, count_parameters
 from selfcaps.methods import get_method
 from selfcaps.methods.encapnet import EncapNetMethod, gradient_probe

@@ -10,12 +10,12 @@ from torch import nn
 from torch.utils.data import TensorDataset
 from torchvision.transforms import v2
 
-from selfcaps.cli.config import load_config
+from selfcaps.config.loading import load_config
 from selfcaps.data.transforms import PerImageStandardize
 from selfcaps.eval import finetune
 from selfcaps.eval.profile import count_flops
 from selfcaps.losses import class_nll, masked_patch_mse
-from selfcaps.methods.mcae import MCAE, _input_size, finetune_param_groups
+from selfcaps.methods.mcae.method import MCAE, _input_size, finetune_param_groups
 from selfcaps.models.mcae import (
     ConvMixerPrimaryCaps,
     MaskedReconstruction,

@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 import selfcaps
 from selfcaps.cli import main
 from selfcaps.data import get_dataset
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.io import load_checkpoint
-from selfcaps.methods.mcae import MCAE
+from selfcaps.data.datamodule import SelfcapsDataModule
+from selfcaps.engine.checkpoints import load_checkpoint
+from selfcaps.methods.mcae.method import MCAE
 from tests.runs import FAST, assert_evaluation_record, assert_run_files, run_killed_at
 
 TINY = [

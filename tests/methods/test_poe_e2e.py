@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
-from selfcaps.cli.config import load_yaml
+from selfcaps.config.loading import load_yaml
+from selfcaps.data.datamodule import SelfcapsDataModule
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods import get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.io import load_checkpoint
 from tests.data.formats import write_mnist
 from tests.runs import FAST, assert_evaluation_record, assert_run_files, run_killed_at
 
@@ -248,7 +248,7 @@ def test_recommended_preset_on_fashion_mnist_files_end_to_end(tmp_path):
 
 
 def test_competitive_is_the_former_name_of_center_parents_sparse():
-    from selfcaps.cli.config import load_config
+    from selfcaps.config.loading import load_config
 
     old, new = load_config("poe", "competitive"), load_config("poe", "center_parents_sparse")
     assert old.preset == "competitive"
@@ -258,7 +258,7 @@ def test_competitive_is_the_former_name_of_center_parents_sparse():
 
 def test_stages_are_counted_from_the_training_not_from_the_best_checkpoint():
     """best.ckpt may be stage 3's next-to-last epoch: all 3 stages still ran (no warning)."""
-    from selfcaps.cli.config import load_config
+    from selfcaps.config.loading import load_config
 
     cfg = load_config("poe", "quick", [("model.stage_epochs", [2, 8, 4]), ("trainer.epochs", 14)])
     resumed = get_method("poe")(cfg)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from selfcaps.caps.layers import DenseCaps
-from selfcaps.methods.poe_geometry import (
+from selfcaps.methods.poe.geometry import (
     angle_agreement,
     decoder_axis_alignment,
     decoder_maps,

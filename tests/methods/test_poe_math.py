@@ -19,14 +19,14 @@ from selfcaps.losses.contrastive_divergence import (
     log_marginal,
     sparsity_term,
 )
-from selfcaps.methods.poe import PoE, stage_of
-from selfcaps.methods.poe_collapse import (
+from selfcaps.methods.poe.collapse import (
     capsule_pair_similarity,
     second_moment_spectrum,
     top_direction_share,
 )
-from selfcaps.methods.poe_judge import class_purity
-from selfcaps.methods.poe_reconstruction import reconstruction_stats
+from selfcaps.methods.poe.judge import class_purity
+from selfcaps.methods.poe.method import PoE, stage_of
+from selfcaps.methods.poe.reconstruction import reconstruction_stats
 from selfcaps.models.poe import PoECapsNet, RoutedCaps
 
 N, DIN, M, DOUT, B = 7, 3, 4, 5, 6
@@ -327,7 +327,7 @@ def test_stage_schedule_and_purity():
     ],
 )
 def test_validate_config_names_the_key(key, value, match):
-    from selfcaps.cli.config import load_config
+    from selfcaps.config.loading import load_config
 
     cfg = load_config("poe", "quick", [(key, value)])
     with pytest.raises(ValueError, match=match):

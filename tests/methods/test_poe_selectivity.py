@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from selfcaps.methods.poe_selectivity import (
+from selfcaps.methods.poe.selectivity import (
     group_counts,
     group_purity,
     loader_group_counts,

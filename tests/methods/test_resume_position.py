@@ -1,7 +1,7 @@
 """A run resumed in the middle of an epoch starts the data at the batch it stopped at."""
 
-from selfcaps.methods import engine
-from selfcaps.methods.datamodule import EpochSampler
+from selfcaps.data.datamodule import EpochSampler
+from selfcaps.engine import trainer as engine
 
 
 def test_resume_at_skips_the_trained_batches_of_that_epoch_only():

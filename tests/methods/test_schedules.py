@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from selfcaps.cli import main
-from selfcaps.methods.io import load_checkpoint
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods.schedules import warmup_cosine
 from tests.runs import TINY
 

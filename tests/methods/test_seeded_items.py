@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from selfcaps.methods.datamodule import SeededTransformDataset, mix_seed
+from selfcaps.data.datamodule import SeededTransformDataset, mix_seed
 
 
 def noisy(img: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,8 @@ import torch
 
 from selfcaps.cli import main
 from selfcaps.data.affine import place_in_canvas
+from selfcaps.data.datamodule import EpochSampler, buffered_order, mix_seed
 from selfcaps.data.shift_grid import ShiftGridDataset
-from selfcaps.methods.datamodule import EpochSampler, buffered_order, mix_seed
 
 
 def test_buffered_order_is_a_permutation_that_never_runs_ahead_of_the_buffer():

@@ -9,11 +9,11 @@ from safetensors.torch import load_file
 
 import selfcaps
 from selfcaps.cli import main
-from selfcaps.cli.config import load_config, load_yaml
+from selfcaps.config.loading import load_config, load_yaml
 from selfcaps.data import AffNISTLikeDataset
+from selfcaps.data.datamodule import SelfcapsDataModule
 from selfcaps.losses import MarginLoss
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.sparsecaps import SparseCaps
+from selfcaps.methods.sparsecaps.method import SparseCaps
 from tests.runs import assert_evaluation_record, assert_run_files
 from tests.scripts import load_script
 

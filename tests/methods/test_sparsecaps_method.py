@@ -4,8 +4,8 @@ the SVM metric keys, the reference code's smooth learning-rate decay."""
 import pytest
 import torch
 
-from selfcaps.methods.sparsecaps_figures import rank_frequency, ranked_support
-from selfcaps.methods.sparsecaps_svm import svm_key, svm_metric
+from selfcaps.methods.sparsecaps.figures import rank_frequency, ranked_support
+from selfcaps.methods.sparsecaps.svm import svm_key, svm_metric
 from tests.methods.test_sparsecaps_e2e import _method
 
 

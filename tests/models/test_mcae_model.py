@@ -8,7 +8,7 @@ import torch
 
 import selfcaps
 from selfcaps.caps import SelfRouting1d
-from selfcaps.config_checks import mcae as config_checks_mcae
+from selfcaps.config.checks import mcae as config_checks_mcae
 from selfcaps.models.mcae import (
     MASK_MODES,
     CapsuleDecoder,

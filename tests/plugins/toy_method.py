@@ -51,7 +51,7 @@ import torch.nn.functional as F
 
 from selfcaps.data.transforms import EvalTransform
 from selfcaps.methods import CapsuleMethod
-from selfcaps.methods.evaluation import knn_metrics
+from selfcaps.eval.method_metrics import knn_metrics
 from selfcaps.models import create_model
 
 

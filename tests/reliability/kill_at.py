@@ -9,7 +9,7 @@ process and sends it a real ``SIGKILL`` (nothing is flushed, no handler runs):
 * ``evaluate``: at the start of the final evaluation (N is ignored);
 * ``finetune_batch``: after the N-th batch of MCAE's finetuning (its second phase).
 
-or a real SIGTERM / SIGINT, which the run handles (``selfcaps.methods.stopping``):
+or a real SIGTERM / SIGINT, which the run handles (``selfcaps.engine.stopping``):
 
 * ``term_batch`` / ``int_batch``: SIGTERM / SIGINT as the N-th training batch starts;
 * ``term_twice_batch``: two SIGTERMs as the N-th training batch starts;
@@ -30,8 +30,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-import selfcaps.methods.engine
-import selfcaps.methods.mcae
+import selfcaps.engine.trainer
+import selfcaps.methods.mcae.method
 from selfcaps.cli.main import main
 from selfcaps.methods import get_method, list_methods
 
@@ -95,7 +95,7 @@ def install(point: str, n: int) -> None:
         point, signals = SIGNAL_POINTS[point]
         action = lambda: send(*signals)  # noqa: E731
     if point == "finetune_batch":
-        finetune = selfcaps.methods.mcae.finetune
+        finetune = selfcaps.methods.mcae.method.finetune
 
         def killing_finetune(*args: Any, trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
             callbacks = [*trainer_kwargs.get("callbacks", []), Killer("train_batch", n)]
@@ -103,7 +103,7 @@ def install(point: str, n: int) -> None:
                 *args, trainer_kwargs={**trainer_kwargs, "callbacks": callbacks}, **kwargs
             )
 
-        selfcaps.methods.mcae.finetune = killing_finetune  # type: ignore[assignment]
+        selfcaps.methods.mcae.method.finetune = killing_finetune  # type: ignore[assignment]
     elif point == "evaluate":
         for name in list_methods():
             evaluate = get_method(name).evaluate
@@ -115,12 +115,12 @@ def install(point: str, n: int) -> None:
             get_method(name).evaluate = acting_evaluate  # type: ignore[method-assign]
     else:
         # `selfcaps run` imports build_trainer from the engine when a run starts
-        build = selfcaps.methods.engine.build_trainer
+        build = selfcaps.engine.trainer.build_trainer
 
         def killing_build(*args: Any, **kwargs: Any) -> L.Trainer:
             return build(*args, **kwargs, callbacks=[Killer(point, n, action)])
 
-        selfcaps.methods.engine.build_trainer = killing_build  # type: ignore[assignment]
+        selfcaps.engine.trainer.build_trainer = killing_build  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from selfcaps.cli import main
-from selfcaps.methods.io import load_checkpoint
+from selfcaps.engine.checkpoints import load_checkpoint
 from tests.runs import TINY
 
 #: 256 images at batch 32: 8 steps an epoch; 20 steps end in the middle of epoch 2 (of 3).

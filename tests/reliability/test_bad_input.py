@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from selfcaps.cli import main
-from selfcaps.methods.io import CheckpointError, atomic_write_bytes, load_checkpoint
+from selfcaps.engine.checkpoints import CheckpointError, atomic_write_bytes, load_checkpoint
 from tests.runs import TINY
 
 
@@ -145,7 +145,7 @@ def test_config_yaml_cannot_construct_objects(tmp_path, capsys):
 def test_atomic_write_on_full_disk_keeps_previous_file(tmp_path, monkeypatch):
     import errno
 
-    import selfcaps.methods.atomic as io_mod
+    import selfcaps.engine.atomic as io_mod
 
     target = tmp_path / "metrics.json"
     target.write_text("good")

@@ -7,10 +7,10 @@ import lightning as L
 import pytest
 from omegaconf import OmegaConf
 
-from selfcaps.cli.config import load_yaml
+from selfcaps.config.loading import load_yaml
+from selfcaps.data.datamodule import SelfcapsDataModule
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods import get_method
-from selfcaps.methods.datamodule import SelfcapsDataModule
-from selfcaps.methods.io import load_checkpoint
 from tests.runs import TINY, run_cli
 
 

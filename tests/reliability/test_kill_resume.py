@@ -12,7 +12,7 @@ import json
 import pytest
 
 from selfcaps.cli import main
-from selfcaps.methods.io import load_checkpoint
+from selfcaps.engine.checkpoints import load_checkpoint
 from tests.reliability.resume_helpers import ARGS, assert_same_run, resume, resume_at
 from tests.runs import run_killed_at
 

@@ -6,8 +6,8 @@ import json
 import torch
 
 from selfcaps.cli import main
+from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.methods.coca import CoCa
-from selfcaps.methods.io import load_checkpoint
 from tests.runs import TINY
 
 

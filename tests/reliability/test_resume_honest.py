@@ -14,8 +14,8 @@ import torch
 from omegaconf import OmegaConf
 
 from selfcaps.cli import main
-from selfcaps.cli.config import load_config
-from selfcaps.methods.io import CheckpointError, atomic_write_yaml, load_checkpoint
+from selfcaps.config.loading import load_config
+from selfcaps.engine.checkpoints import CheckpointError, atomic_write_yaml, load_checkpoint
 from tests.runs import TINY
 
 
@@ -134,12 +134,13 @@ def test_resume_refuses_settings_that_would_change_the_run(tmp_path, capsys):
 
 
 def test_resume_applies_budget_progress_and_threads_and_says_so(tmp_path, capsys):
-    from selfcaps.cli.run import prepare_run
+    from selfcaps.cli.run import spec_from_args
+    from selfcaps.run.train import prepare_run
 
     run = tmp_path / "run"
     _saved_run(run, "checkpoints/last.ckpt")  # saved: no progress bar, 1 thread, 1 epoch
     args = _resume_args(run, "--max-steps", "10", "--threads", "2", "trainer.progress_bar=true")
-    cfg, _, ckpt, _ = prepare_run(args)
+    cfg, _, ckpt, _ = prepare_run(spec_from_args(args))
     assert (cfg.trainer.max_steps, cfg.trainer.threads, cfg.trainer.progress_bar) == (10, 2, True)
     assert ckpt == run / "checkpoints" / "last.ckpt"
     lines = [x for x in capsys.readouterr().out.splitlines() if "applying" in x]
@@ -150,11 +151,14 @@ def test_resume_applies_budget_progress_and_threads_and_says_so(tmp_path, capsys
 
 
 def test_resume_with_the_saved_settings_says_nothing_of_them(tmp_path, capsys):
-    from selfcaps.cli.run import prepare_run
+    from selfcaps.cli.run import spec_from_args
+    from selfcaps.run.train import prepare_run
 
     run = tmp_path / "run"
     _saved_run(run, "checkpoints/last.ckpt")
-    prepare_run(_resume_args(run, "--preset", "quick", "--no-progress", "--threads", "1"))
+    prepare_run(
+        spec_from_args(_resume_args(run, "--preset", "quick", "--no-progress", "--threads", "1"))
+    )
     assert "applying" not in capsys.readouterr().out
 
 

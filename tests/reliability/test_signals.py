@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from selfcaps.methods.stopping import agree
+from selfcaps.engine.stopping import agree
 from tests.reliability.resume_helpers import ARGS, assert_same_run, resume, resume_at
 from tests.runs import TINY, run_cli, run_killed_at, run_signalled_at
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from PIL import Image
 
-from selfcaps.methods.figures import BarPlot, ImageGrid, LinePlot, capsule_columns
 from selfcaps.viz import plot_training_curves, render_figure
 from selfcaps.viz.curves import _panels, _phase_changes
+from selfcaps.viz.figures import BarPlot, ImageGrid, LinePlot, capsule_columns
 
 BAR_LABELS = [str(i) for i in range(32)]
 MAX_W, MAX_H = 1600, 1600  # pixels: a laptop screen at 100% wide; tall figures scroll

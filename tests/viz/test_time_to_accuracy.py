@@ -4,7 +4,7 @@ import time
 
 from PIL import Image
 
-from selfcaps.methods.clock import ElapsedTime
+from selfcaps.engine.clock import ElapsedTime
 from selfcaps.viz import plot_against_minutes
 
 

@@ -15,9 +15,8 @@ from selfcaps.data.errors import DatasetNotFoundError
 from selfcaps.data.fetch import FETCHABLE
 from selfcaps.data.layouts import check_files_present
 from selfcaps.data.paths import resolve_root
-from selfcaps.records import get_record
 
-__all__ = ["add_data_arguments", "check_run_data", "cmd_data"]
+__all__ = ["add_data_arguments", "cmd_data"]
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,35 +60,3 @@ def cmd_data(args: argparse.Namespace) -> int:
     written = fetch_dataset(name, root)
     print(f"{name}: {len(written)} files written under {root}, checksums verified. Use it: {use}")
     return 0
-
-
-def check_run_data(method: str, dataset: str, root: str | None, source: str) -> None:
-    """Raise the loader's not-found error for a run's data, with both ways forward.
-
-    The message (:class:`~selfcaps.data.errors.DatasetNotFoundError`) lists the paths tried
-    and the command that fetches the files; its last line names the dataset that ships with
-    selfcaps which ``method`` trains on (its record's ``embedded_data``), if there is one.
-    Imports no torch.
-
-    Args:
-        method: The method of the run.
-        dataset: The run's ``data.name``.
-        root: The run's ``data.root`` (None: ``$SELFCAPS_DATA``, else ``./data``).
-        source: Where the root came from, for the message.
-
-    Raises:
-        DatasetNotFoundError: A file of the training or test split is missing.
-    """
-    try:
-        check_files_present(dataset, root, source)
-    except DatasetNotFoundError as err:
-        embedded = get_record(method).embedded_data
-        if embedded is None or embedded == dataset:
-            raise
-        also = (
-            f"Or train on {embedded}, which ships with selfcaps (no files needed): "
-            f"`selfcaps run {method} --data {embedded}`."
-        )
-        raise DatasetNotFoundError(
-            err.dataset, err.looked_for, err.root, err.root_source, also
-        ) from None

@@ -34,25 +34,24 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from selfcaps.cli.config import (
+from selfcaps.config.checks.labels import check_label_request
+from selfcaps.config.loading import (
     ConfigError,
     default_preset,
     load_config,
-    load_yaml,
     parse_overrides,
 )
-from selfcaps.cli.run import resolve_data_root, resume_command
-from selfcaps.cli.rundir import stopped_by_signal
-from selfcaps.config_checks.labels import check_label_request
 from selfcaps.data.layouts import check_files_present
+from selfcaps.engine.atomic import update_json
 from selfcaps.methods import get_method, list_methods
-from selfcaps.methods.atomic import update_json
+from selfcaps.run.evaluate import load_for_evaluation, resolved_run_config
+from selfcaps.run.rundir import stopped_by_signal
+from selfcaps.run.train import resume_command
 
 if TYPE_CHECKING:
-    from selfcaps.methods import CapsuleMethod
-    from selfcaps.methods.datamodule import SelfcapsDataModule
+    pass
 
 __all__ = [
     "PROTOCOLS",
@@ -60,7 +59,6 @@ __all__ = [
     "add_profile_arguments",
     "cmd_eval",
     "cmd_profile",
-    "load_run_dir",
 ]
 
 PROTOCOLS = ("knn", "linear", "svm", "finetune", "method")
@@ -141,50 +139,11 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="dataset whose image shape to profile (default: the preset's)")
 
 
-def resolved_run_config(args: argparse.Namespace) -> tuple[DictConfig, str]:
-    """The configuration of the run in ``args.run_dir`` (data root resolved) and the root's source.
-
-    ``--data-root`` (then ``SELFCAPS_DATA``) overrides the run's ``data.root``.
-
-    Raises:
-        ConfigError: ``args.run_dir`` holds no ``config.yaml``.
-    """
-    cfg_path = args.run_dir / "config.yaml"
-    if not cfg_path.is_file():
-        raise ConfigError(f"{args.run_dir} is not a run directory: {cfg_path} does not exist")
-    cfg = OmegaConf.create(load_yaml(cfg_path))
-    cfg.data.root, source = resolve_data_root(args.data_root, cfg.data.root)
-    return cfg, source
-
-
-def load_run_dir(
-    run_dir: Path, data_root: str | None = None, method: str | None = None, checkpoint: str = "best"
-) -> tuple[CapsuleMethod, SelfcapsDataModule]:
-    """A finished run's method (checkpoint loaded, eval mode) and data module, for scripts.
-
-    Args:
-        run_dir: The run directory.
-        data_root: Overrides the run's ``data.root`` (as ``--data-root``; then
-            ``SELFCAPS_DATA``).
-        method: If given, the method the run must be of.
-        checkpoint: ``best`` or ``last``.
-
-    Raises:
-        ConfigError: ``run_dir`` holds no ``config.yaml``.
-        ValueError: The run is not of ``method``.
-    """
-    from selfcaps.cli.protocols import load_run  # imports torch
-
-    args = argparse.Namespace(run_dir=Path(run_dir), checkpoint=checkpoint, data_root=data_root)
-    cfg, source = resolved_run_config(args)
-    if method is not None and str(cfg.method) != method:
-        raise ValueError(f"{run_dir}: a run of {cfg.method}, expected {method}")
-    return load_run(args, cfg, source)
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``selfcaps eval``."""
-    cfg, source = resolved_run_config(args)  # these checks come before torch is imported
+    cfg, source = resolved_run_config(
+        args.run_dir, args.data_root
+    )  # these checks come before torch is imported
     _warn_if_stopped(args.run_dir, str(cfg.method), args.checkpoint)
     wants_labels = args.label_fraction is not None or args.labels_per_class is not None
     if args.protocol == "method":
@@ -243,9 +202,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
     # Every protocol reads the train and test splits: missing files are reported now.
     check_files_present(str(cfg.data.name), cfg.data.root, source)
-    from selfcaps.cli.protocols import LabelSubset, feature_kind, load_run, run_protocol
-    from selfcaps.cli.threads import apply_threads
-    from selfcaps.eval.progress import set_progress
+    from selfcaps.engine.progress import set_progress
+    from selfcaps.engine.threads import apply_threads
+    from selfcaps.eval.protocols import LabelSubset, feature_kind, run_protocol
 
     set_progress(not args.no_progress)
     apply_threads({"threads": threads})  # else every core (cli/threads.py)
@@ -254,7 +213,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     reseeded = args.seed is not None and args.seed != run_seed
     if reseeded:  # the evaluation's randomness; the run's images stay (subset_seed)
         cfg.seed = args.seed
-    method, dm = load_run(args, cfg, source, subset_seed=run_seed)
+    method, dm = load_for_evaluation(
+        args.run_dir, args.checkpoint, cfg, source, subset_seed=run_seed
+    )
     if args.protocol == "method":
         return _method_evaluation(args, method, dm)
     kind = feature_kind(method, args.feature)
@@ -287,7 +248,7 @@ def _warn_if_stopped(run_dir: Path, method: str, checkpoint: str) -> None:
     print(
         f"warning: {run_dir} was stopped by a signal after {done} of {planned} epochs "
         f"(metrics.json: stopped_by: signal); this evaluates the {checkpoint}.ckpt of an "
-        f"unfinished run. `{resume_command(argparse.Namespace(method=method), run_dir)}` "
+        f"unfinished run. `{resume_command(method, run_dir)}` "
         "finishes it.",
         file=sys.stderr,
     )
@@ -297,7 +258,7 @@ def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
     """Merge ``metrics`` into the run's ``metrics.json`` (under its lock) and print them.
 
     The record of what was scored (``<prefix>_query_split``, ``..._bank_n``,
-    ``..._weights``: :func:`~selfcaps.methods.evaluation.evaluation_record`) is printed as
+    ``..._weights``: :func:`~selfcaps.eval.method_metrics.evaluation_record`) is printed as
     one sentence per prefix, not as numbers beside the results; the last line says which
     file holds them all.
     """

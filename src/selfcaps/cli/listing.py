@@ -1,10 +1,10 @@
 """``selfcaps list [methods|datasets|models]``: what can be run, on what, with which network.
 
 ``selfcaps list methods`` adds a line per preset saying what it is
-(:func:`~selfcaps.cli.presets.preset_description`), marking the default one.
+(:func:`~selfcaps.config.presets.preset_description`), marking the default one.
 
 Answers without importing torch: method and preset names come from the shipped
-YAML files, dataset and model names from :mod:`selfcaps.cli.catalog`.
+YAML files, dataset and model names from :mod:`selfcaps.data.catalog`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from selfcaps.cli.catalog import DATASETS, list_models
-from selfcaps.cli.presets import default_preset, list_presets, preset_description
+from selfcaps.config.presets import default_preset, list_presets, preset_description
+from selfcaps.data.catalog import DATASETS, list_models
 from selfcaps.methods import list_methods
 
 __all__ = ["LIST_CHOICES", "add_list_arguments", "cmd_list", "format_listing"]

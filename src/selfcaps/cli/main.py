@@ -3,7 +3,7 @@
 Errors a user can fix (an unknown name or key, a bad value, missing or corrupt
 data, an unreadable checkpoint) are printed as one ``selfcaps: error: ...``
 line on stderr with exit code 2; a run stopped by a non-finite loss exits 3; a run
-stopped by SIGTERM or SIGINT exits ``128 + signal number`` (:mod:`selfcaps.methods.stopping`).
+stopped by SIGTERM or SIGINT exits ``128 + signal number`` (:mod:`selfcaps.engine.stopping`).
 
 Nothing here, nor in the modules that build the parser, imports torch or
 Lightning: ``--version``, ``--help``, ``list`` and configuration errors answer
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from selfcaps import __version__
 from selfcaps.cli import plain_warnings
-from selfcaps.cli.threads import set_openmp_wait
+from selfcaps.engine.threads import set_openmp_wait
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -153,7 +153,7 @@ def _exit_code(e: BaseException) -> int | None:
     if isinstance(e, OSError | ValueError):  # ConfigError, missing data, unwritable output, ...
         return 2
     if isinstance(e, RuntimeError):
-        from selfcaps.methods.io import CheckpointError
+        from selfcaps.engine.checkpoints import CheckpointError
 
         return 2 if isinstance(e, CheckpointError) else None
     return None
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_third_party()
     if _command_of(argv) not in _NO_TENSOR_WORK:
         set_openmp_wait()  # before torch loads OpenMP: how waiting threads wait (cli/threads.py)
-    from selfcaps.methods.stopping import Interrupted  # (imports no torch)
+    from selfcaps.engine.stopping import Interrupted  # (imports no torch)
 
     try:
         with plain_warnings.installed():  # selfcaps' warnings: one plain line each, once

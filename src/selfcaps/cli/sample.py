@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from selfcaps.cli.config import ConfigError, load_yaml
+from selfcaps.config.loading import ConfigError, load_yaml
 
 __all__ = ["add_sample_arguments", "cmd_sample"]
 
@@ -43,10 +43,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     """Write the sample grid of a PoE run."""
     import torch
 
-    from selfcaps.methods.figures import capsule_columns
-    from selfcaps.methods.io import load_weights
+    from selfcaps.engine.checkpoints import load_weights
     from selfcaps.models import create_model
     from selfcaps.viz import render_figure
+    from selfcaps.viz.figures import capsule_columns
 
     tensors, config = load_weights(args.run_dir / "model.safetensors")
     if config.get("method") != "poe":

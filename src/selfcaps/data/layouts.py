@@ -22,6 +22,7 @@ from pathlib import Path
 
 from selfcaps.data.errors import DatasetNotFoundError
 from selfcaps.data.paths import locate_files, resolve_root
+from selfcaps.records import get_record
 
 __all__ = [
     "CIFAR_LAYOUTS",
@@ -35,6 +36,7 @@ __all__ = [
     "affnist_files",
     "affnist_mat_files",
     "check_files_present",
+    "check_run_data",
     "cifar_files",
     "idx_files",
     "image_folder_tried",
@@ -364,3 +366,35 @@ def check_files_present(
         found = locate_files(name, root_path, source, files(root_path, split))
         if name == "affnist":
             affnist_mat_files(name, found["data"], root_path, source)
+
+
+def check_run_data(method: str, dataset: str, root: str | None, source: str) -> None:
+    """Raise the loader's not-found error for a run's data, with both ways forward.
+
+    The message (:class:`~selfcaps.data.errors.DatasetNotFoundError`) lists the paths tried
+    and the command that fetches the files; its last line names the dataset that ships with
+    selfcaps which ``method`` trains on (its record's ``embedded_data``), if there is one.
+    Imports no torch.
+
+    Args:
+        method: The method of the run.
+        dataset: The run's ``data.name``.
+        root: The run's ``data.root`` (None: ``$SELFCAPS_DATA``, else ``./data``).
+        source: Where the root came from, for the message.
+
+    Raises:
+        DatasetNotFoundError: A file of the training or test split is missing.
+    """
+    try:
+        check_files_present(dataset, root, source)
+    except DatasetNotFoundError as err:
+        embedded = get_record(method).embedded_data
+        if embedded is None or embedded == dataset:
+            raise
+        also = (
+            f"Or train on {embedded}, which ships with selfcaps (no files needed): "
+            f"`selfcaps run {method} --data {embedded}`."
+        )
+        raise DatasetNotFoundError(
+            err.dataset, err.looked_for, err.root, err.root_source, also
+        ) from None

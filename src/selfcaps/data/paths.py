@@ -14,7 +14,7 @@ from pathlib import Path
 
 from selfcaps.data.errors import DatasetNotFoundError, DownloadNotSupportedError
 
-__all__ = ["cache_dir", "locate_files", "resolve_root"]
+__all__ = ["cache_dir", "locate_files", "resolve_data_root", "resolve_root"]
 
 DATA_ENV = "SELFCAPS_DATA"
 CACHE_ENV = "SELFCAPS_CACHE"
@@ -91,3 +91,22 @@ def locate_files(
     if missing:
         raise DatasetNotFoundError(dataset, missing, root, root_source)
     return found
+
+
+def resolve_data_root(cli_value: str | None, cfg_value: str | None) -> tuple[str, str]:
+    """The dataset root and where it came from (for error messages).
+
+    The command line's ``--data-root`` first, then ``SELFCAPS_DATA``, then the
+    configuration's ``data.root``, then ``./data``.
+
+    Examples:
+        >>> resolve_data_root("/data", "cfg")
+        ('/data', '--data-root')
+    """
+    if cli_value:
+        return cli_value, "--data-root"
+    if os.environ.get(DATA_ENV):
+        return os.environ[DATA_ENV], f"${DATA_ENV}"
+    if cfg_value:
+        return cfg_value, "data.root"
+    return DEFAULT_ROOT, f"default ({DEFAULT_ROOT})"

@@ -6,7 +6,7 @@ README: ``mnist_shift.py --shift=6 --pad=6``) writes each MNIST training digit a
 training reads that file in order through a shuffle buffer. :class:`ShiftGridDataset`
 is that file as a dataset (item ``i`` is digit ``i // (2 s + 1)^2`` at shift number
 ``i % (2 s + 1)^2``); the buffer is the data module's ``data.shuffle_buffer``
-(:func:`selfcaps.methods.datamodule.buffered_order`).
+(:func:`selfcaps.data.datamodule.buffered_order`).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from selfcaps.engine.progress import RunProgressBar
 from selfcaps.eval._loaders import Data, as_loader, images_and_targets
 from selfcaps.eval.metrics import topk_correct
-from selfcaps.eval.progress import RunProgressBar
 
 __all__ = ["FinetuneModule", "finetune"]
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from selfcaps.config_checks.labels import check_label_request, label_suffix
+from selfcaps.config.checks.labels import check_label_request, label_suffix
 from selfcaps.data.splits import splitmix64
 
 __all__ = ["dataset_targets", "label_suffix", "labelled_subset", "stratified_label_indices"]

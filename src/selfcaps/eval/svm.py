@@ -17,9 +17,9 @@ from sklearn.model_selection import train_test_split
 from sklearn.svm import SVC
 from torch import Tensor
 
+from selfcaps.engine.progress import note
 from selfcaps.eval._checks import check_features, check_positive
 from selfcaps.eval.metrics import accuracy_from_predictions, topk_accuracy
-from selfcaps.eval.progress import note
 
 __all__ = ["svm_probe"]
 

@@ -24,13 +24,13 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from selfcaps.data import DatasetInfo, dataset_info
+from selfcaps.data.datamodule import mix_seed, on_accelerator
 from selfcaps.eval import knn_evaluate
-from selfcaps.methods.datamodule import mix_seed, on_accelerator
-from selfcaps.methods.figures import Figure
 from selfcaps.methods.optimizers import build_optimizer
 from selfcaps.methods.retrieval import retrieval_figure
 from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.records import MethodRecord, get_record
+from selfcaps.viz.figures import Figure
 
 __all__ = ["CapsuleMethod", "NonFiniteError", "build_optimizer"]
 
@@ -164,7 +164,7 @@ class CapsuleMethod(L.LightningModule):
 
     @classmethod
     def validate_config(cls, cfg: DictConfig) -> None:
-        """Raise :class:`~selfcaps.cli.config.ConfigError`-style ``ValueError`` naming bad keys."""
+        """Raise a ``ValueError`` naming bad keys (the message of a ``ConfigError``)."""
 
     # ------------------------------------------------------------------ training
     @property

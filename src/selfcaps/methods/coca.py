@@ -36,10 +36,10 @@ import torch
 from torch import Tensor, nn
 
 from selfcaps.data import BatchSimCLRTransform, EvalTransform, SimCLRTransform
+from selfcaps.data.datamodule import mix_seed
+from selfcaps.eval.method_metrics import knn_metrics
 from selfcaps.losses import NTXentLoss
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.datamodule import mix_seed
-from selfcaps.methods.evaluation import knn_metrics
 from selfcaps.models import create_model
 
 __all__ = ["CoCa"]

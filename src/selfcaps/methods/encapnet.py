@@ -47,12 +47,12 @@ from torchvision.transforms import v2
 
 from selfcaps.caps import caps_length
 from selfcaps.caps.chunking import cpu_path
-from selfcaps.config_checks.encapnet import OTHER_NETWORKS
-from selfcaps.config_checks.encapnet import check as check_encapnet_config
+from selfcaps.config.checks.encapnet import OTHER_NETWORKS
+from selfcaps.config.checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
+from selfcaps.eval.method_metrics import evaluation_record
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
 from selfcaps.methods.base import CapsuleMethod
-from selfcaps.methods.evaluation import evaluation_record
 from selfcaps.models import create_model
 
 __all__ = ["EncapNetMethod", "gradient_probe"]
@@ -329,5 +329,5 @@ class EncapNetMethod(CapsuleMethod):
     # ------------------------------------------------------------ configuration
     @classmethod
     def validate_config(cls, cfg: Any) -> None:
-        """Check EncapNet's keys; the message names the key (:mod:`selfcaps.config_checks`)."""
+        """Check EncapNet's keys; the message names the key (:mod:`selfcaps.config.checks`)."""
         check_encapnet_config(cfg)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from selfcaps.methods.figures import ImageGrid
+from selfcaps.viz.figures import ImageGrid
 
 __all__ = ["retrieval_figure"]
 

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfcaps.caps import DenseCaps, PrimaryCaps2d, caps_length
-from selfcaps.config_checks.sparsecaps import SUPPORTS, VARIANTS
+from selfcaps.config.checks.sparsecaps import SUPPORTS, VARIANTS
 from selfcaps.models._registry import register_model
 
 __all__ = [

@@ -21,7 +21,7 @@ RECORD = MethodRecord(
         "table1_encapnet_master",
         "table1_encapnet_master_aide",
     ),
-    config_check="selfcaps.config_checks.encapnet:check",
+    config_check="selfcaps.config.checks.encapnet:check",
     flags={
         "--variant": CliFlag("model.variant", str, "EncapNet capConvs", ("master", "master_aide")),
         "--ot": CliFlag("loss.ot", on_off, "feedback agreement units: on|off"),  # type: ignore[arg-type]

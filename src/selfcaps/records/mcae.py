@@ -11,7 +11,7 @@ RECORD = MethodRecord(
     method="selfcaps.methods.mcae:MCAE",
     model_module="selfcaps.models.mcae",
     models=("mcae",),
-    config_check="selfcaps.config_checks.mcae:check",
+    config_check="selfcaps.config.checks.mcae:check",
     flags={
         "--pretrain-epochs": CliFlag(
             "trainer.epochs", int, "MCAE pretraining epochs (0: no pretraining)"

@@ -10,7 +10,7 @@ RECORD = MethodRecord(
     method="selfcaps.methods.poe:PoE",
     model_module="selfcaps.models.poe",
     models=("poe",),
-    config_check="selfcaps.config_checks.poe:check",
+    config_check="selfcaps.config.checks.poe:check",
     bench_protocol="generation (class purity of samples)",
     bench_keys={
         "top1": "purity_mean",

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from selfcaps.config_checks.sparsecaps import VARIANTS
 from selfcaps.records import MethodRecord
 from selfcaps.records.claims import Arm, Claim, Comparison, Rung
 from selfcaps.records.flags import CliFlag
+
+#: ``model.variant``: the paper's network, without the mask, or trained with labels.
+VARIANTS: tuple[str, ...] = ("sparse", "dense", "supervised")
 
 RECORD = MethodRecord(
     name="sparsecaps",
     method="selfcaps.methods.sparsecaps:SparseCaps",
     model_module="selfcaps.models.sparsecaps",
     models=("sparsecaps",),
-    config_check="selfcaps.config_checks.sparsecaps:check",
+    config_check="selfcaps.config.checks.sparsecaps:check",
     flags={
         "--variant": CliFlag(
             "model.variant",

@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from selfcaps.methods.metric_names import ELAPSED_KEY
+from selfcaps.engine.metric_names import ELAPSED_KEY
 from selfcaps.viz.images import save_figure
 
 __all__ = ["COLUMNS_PER_ROW", "ELAPSED_KEY", "plot_against_minutes", "plot_training_curves"]
@@ -112,7 +112,7 @@ def plot_against_minutes(metrics_csv: Path | str, out: Path | str, title: str = 
     """Every validation metric against the run's wall-clock minutes (time to accuracy).
 
     The x position of a validation is its ``elapsed_min``
-    (:class:`selfcaps.methods.clock.ElapsedTime`): minutes from the start of training to
+    (:class:`selfcaps.engine.clock.ElapsedTime`): minutes from the start of training to
     the start of that validation, summed over resumes. One panel per ``val_*`` column.
 
     Args:

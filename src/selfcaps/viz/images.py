@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import torch
 from torchvision.utils import make_grid
 
-from selfcaps.methods.io import atomic_write_bytes
+from selfcaps.engine.checkpoints import atomic_write_bytes
 
 __all__ = ["denormalize", "save_figure", "save_image_grid"]
 

@@ -1,4 +1,4 @@
-"""Render the figure specifications of :mod:`selfcaps.methods.figures` to PNG files."""
+"""Render the figure specifications of :mod:`selfcaps.viz.figures` to PNG files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from selfcaps.methods.figures import BarPlot, Figure, ImageGrid, LinePlot
+from selfcaps.viz.figures import BarPlot, Figure, ImageGrid, LinePlot
 from selfcaps.viz.images import save_figure
 
 __all__ = ["render_figure"]
