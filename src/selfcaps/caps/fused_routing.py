@@ -44,8 +44,8 @@ __all__ = ["bf16_vote_inputs", "fused_dense_routing"]
 #: Votes per chunk on a CPU: 4 MB in float32.
 _CHUNK_ELEMENTS = CPU_CHUNK_ELEMENTS
 
-#: ``torch.bmm(a, b, out_dtype=torch.float32)`` exists (torch >= 2.8; CUDA only): a bfloat16
-#: GEMM with a float32 result.
+#: ``torch.bmm(a, b, out_dtype=torch.float32)`` exists (recent torch; CUDA only): a bfloat16
+#: GEMM with a float32 result. Detected from the operator's overloads, not from a version.
 _BMM_OUT_DTYPE = "dtype" in torch.ops.aten.bmm.overloads()
 
 
@@ -62,7 +62,7 @@ class _RoundToBF16(torch.autograd.Function):
 
 
 def bf16_vote_inputs(x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Child poses and transformation matrices rounded to bfloat16 values, kept in float32.
+    """Child poses and transformation matrices rounded to bfloat16 values, kept in their dtype.
 
     The inputs of the vote product when the votes are computed from bfloat16 inputs
     (:func:`selfcaps.caps.layers.votes_in_bf16`): every element rounded to the nearest
@@ -367,8 +367,9 @@ def fused_dense_routing(
             included, which is faster on a CPU with native bfloat16 and less exact
             (``trainer.routing_precision: autocast``, docs/benchmarks.md).
         votes_bf16: Compute the votes from bfloat16 inputs with float32 accumulation and a
-            float32 result, and route in float32 (:func:`selfcaps.caps.layers.votes_in_bf16`
-            says what is rounded). Nothing changes when the routing runs in a low precision.
+            float32 result; the routing stays in float32 (float64 inputs: float64 throughout,
+            rounded inputs only). :func:`selfcaps.caps.layers.votes_in_bf16` says what is
+            rounded. Nothing changes when the routing runs in a low precision.
 
     Returns:
         ``(v, c)``: parent poses ``(B, M, Dout)`` and final coupling coefficients

@@ -105,21 +105,24 @@ def votes_in_bf16(enabled: bool) -> Iterator[None]:
     significant bits: relative error at most :math:`2^{-8}`). What is not: the products
     (two 8-bit significands multiply exactly in float32's 24), their sum (float32), the
     votes (float32). Per element, with ``K = in_dim`` and :math:`\gamma_K = K 2^{-24}/(1 - K
-    2^{-24})`, :math:`|\hat u - W u| \le (2^{-7} + 2^{-16} + \gamma_K)\sum_k |W_k| |u_k|`.
+    2^{-24})`, :math:`|\hat u - W u| \le (2^{-7} + 2^{-16} + \gamma_K (1 + 2^{-8})^2)
+    \sum_k |W_k| |u_k|`.
     The gradient is the float32 gradient of the routing at the rounded inputs, passed to
     ``u`` and ``W`` unchanged (straight-through); the gradient GEMMs stay float32.
 
-    Kernels: on CUDA with ``torch.bmm(..., out_dtype=torch.float32)`` (torch >= 2.8) the fused
+    Kernels: on CUDA with ``torch.bmm(..., out_dtype=torch.float32)`` (recent torch) the fused
     routing's vote GEMM (forward, and its recomputation in backward) is one bfloat16
-    tensor-core GEMM with a float32 output, which cuBLAS accumulates in float32;
+    tensor-core GEMM with a float32 output (float32 accumulation);
     ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`` (True by default)
     lets cuBLAS use reduced-precision reductions (e.g. split-K partial sums) in bfloat16
-    GEMMs, and ``False`` forbids them. Everywhere else (the CPU, the readable path, older
-    torch) the same votes are a float32 GEMM of the rounded inputs: equal up to the order
-    of summation, and no faster. (Torch's own bfloat16 ``bmm`` on the CPU also accumulates in
-    float32, but rounds its result to bfloat16: 8 more bits lost, which is why it is not
-    used; the CPU has no reduced-precision-reduction switch.) With TF32 allowed, that float32
-    GEMM is exact all the same: bfloat16 values fit TF32's 10-bit significand.
+    GEMMs, and ``False`` forbids them; whether it changes a GEMM with a float32 output is for
+    a GPU run to show (the CUDA cases of ``tests/test_bf16_votes.py``). Everywhere else (the
+    CPU, the readable path, older torch) the same votes are a float32 GEMM of the rounded
+    inputs: equal up to the order of summation, and no faster. Torch's own bfloat16 ``bmm`` on
+    the CPU also accumulates in float32 but rounds its result to bfloat16 (8 more bits lost),
+    which is why it is not used; the CPU has no reduced-precision-reduction switch. With TF32
+    allowed, that float32 GEMM loses nothing more: bfloat16 values fit TF32's 10-bit
+    significand.
 
     Not affected: :meth:`DenseCaps.votes`, the self-routing layers, and routing in
     autocast's dtype (:func:`route_in_autocast_dtype`), whose votes are low-precision anyway.
