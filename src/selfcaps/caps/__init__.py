@@ -14,6 +14,7 @@ from selfcaps.caps.layers import (
     route_in_autocast_dtype,
     unfold_caps,
     use_fused_routing,
+    votes_in_bf16,
 )
 from selfcaps.caps.master_aide import (
     CapFC,
@@ -52,4 +53,5 @@ __all__ = [
     "unit_vector",
     "unsquash",
     "use_fused_routing",
+    "votes_in_bf16",
 ]

@@ -38,11 +38,48 @@ from selfcaps.caps.chunking import CPU_CHUNK_ELEMENTS, batch_chunk, cpu_path
 from selfcaps.caps.functional import SQUASH_EPS, squash, unit_vector
 from selfcaps.caps.routing import Agreement, Normalize
 
-__all__ = ["fused_dense_routing"]
+__all__ = ["bf16_vote_inputs", "fused_dense_routing"]
 
 
 #: Votes per chunk on a CPU: 4 MB in float32.
 _CHUNK_ELEMENTS = CPU_CHUNK_ELEMENTS
+
+#: ``torch.bmm(a, b, out_dtype=torch.float32)`` exists (recent torch; CUDA only): a bfloat16
+#: GEMM with a float32 result. Detected from the operator's overloads, not from a version.
+_BMM_OUT_DTYPE = "dtype" in torch.ops.aten.bmm.overloads()
+
+
+class _RoundToBF16(torch.autograd.Function):
+    """Round to the nearest bfloat16 value, kept in the input's dtype; gradients pass unchanged."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:  # type: ignore[override]
+        return x.to(torch.bfloat16).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:  # type: ignore[override]
+        return grad
+
+
+def bf16_vote_inputs(x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Child poses and transformation matrices rounded to bfloat16 values, kept in their dtype.
+
+    The inputs of the vote product when the votes are computed from bfloat16 inputs
+    (:func:`selfcaps.caps.layers.votes_in_bf16`): every element rounded to the nearest
+    bfloat16 (8 significant bits, relative error at most ``2^-8``). The gradient passes
+    through unchanged (straight-through): the rounding counts as the identity. Tensors in a
+    low precision already (``float16``, ``bfloat16``) are returned as they are.
+
+    Args:
+        x: Child poses ``(B, N, Din)``.
+        weight: ``(N, Din, M * Dout)``.
+
+    Returns:
+        ``(x, weight)`` rounded.
+    """
+    if x.dtype not in (torch.float32, torch.float64):
+        return x, weight
+    return _RoundToBF16.apply(x), _RoundToBF16.apply(weight.to(x.dtype))
 
 
 def _chunk_size(x: Tensor, n_children: int, out_caps: int, out_dim: int) -> int:
@@ -120,13 +157,18 @@ class _Votes:
         out_caps: int,
         agreement: Agreement,
         ws: _Workspace | _Fresh,
+        native_bf16: bool = False,
     ) -> None:
         b, N, Din = x.shape
         MD = weight.shape[-1]
         D = MD // out_caps
         K = b * out_caps
         xt = ws.get("x", N, b, Din).copy_(x.transpose(0, 1))
-        votes = torch.bmm(xt, weight, out=ws.get("votes", N, b, MD))
+        if native_bf16:  # inputs already bfloat16 values (bf16_vote_inputs): exact casts
+            bf16 = torch.bfloat16
+            votes = torch.bmm(xt.to(bf16), weight.to(bf16), out_dtype=torch.float32)
+        else:
+            votes = torch.bmm(xt, weight, out=ws.get("votes", N, b, MD))
         self.u = ws.get("u", K, N, D).copy_(votes.view(N, K, D).transpose(0, 1))
         self.uT = ws.get("uT", K, D, N).copy_(self.u.transpose(1, 2))
         self.b, self.M, self.N, self.D = b, out_caps, N, D
@@ -226,6 +268,7 @@ class _FusedDenseRouting(torch.autograd.Function):
         agreement: Agreement,
         normalize: Normalize,
         detach_intermediate: bool,
+        native_bf16: bool,
     ) -> tuple[Tensor, Tensor]:
         B, N, _ = x.shape
         D = weight.shape[-1] // out_caps
@@ -235,12 +278,20 @@ class _FusedDenseRouting(torch.autograd.Function):
         c_out = x.new_empty(B, out_caps, N)
         ws = _buffers(x)
         for i in range(0, B, chunk):
-            vt = _Votes(x[i : i + chunk], weight, out_caps, agreement, ws)
+            vt = _Votes(x[i : i + chunk], weight, out_caps, agreement, ws, native_bf16)
             v, tr = _route(vt, iters, agreement, softmax_dim)
             v_out[i : i + chunk] = v.view(vt.b, out_caps, D)
             c_out[i : i + chunk] = tr.c[-1]
         ctx.save_for_backward(x, weight)
-        ctx.config = (out_caps, iters, agreement, softmax_dim, detach_intermediate, chunk)
+        ctx.config = (
+            out_caps,
+            iters,
+            agreement,
+            softmax_dim,
+            detach_intermediate,
+            chunk,
+            native_bf16,
+        )
         ctx.mark_non_differentiable(c_out)
         return v_out, c_out.transpose(1, 2)
 
@@ -248,14 +299,14 @@ class _FusedDenseRouting(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad_v: Tensor, _grad_c: Tensor) -> tuple[Tensor | None, ...]:
         x, weight = ctx.saved_tensors
-        out_caps, iters, agreement, softmax_dim, detach_intermediate, chunk = ctx.config
+        out_caps, iters, agreement, softmax_dim, detach_intermediate, chunk, native = ctx.config
         B, N, _ = x.shape
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         ws = _buffers(x)
         for i in range(0, B, chunk):
             xc = x[i : i + chunk]
-            vt = _Votes(xc, weight, out_caps, agreement, ws)
+            vt = _Votes(xc, weight, out_caps, agreement, ws, native)
             _, tr = _route(vt, iters, agreement, softmax_dim)
             g = grad_v[i : i + chunk].reshape(-1, vt.D)
             grad_uT = _route_backward(vt, g, tr, agreement, softmax_dim, detach_intermediate, ws)
@@ -268,7 +319,7 @@ class _FusedDenseRouting(torch.autograd.Function):
                 )
             if grad_w is not None:
                 grad_w.baddbmm_(xc.transpose(0, 1).transpose(1, 2), grad_votes)
-        return grad_x, grad_w, None, None, None, None, None
+        return grad_x, grad_w, None, None, None, None, None, None
 
 
 def _autocast_dtype(device: str) -> torch.dtype | None:
@@ -295,6 +346,7 @@ def fused_dense_routing(
     normalize: Normalize = "parents",
     detach_intermediate: bool = False,
     float32_under_autocast: bool = True,
+    votes_bf16: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Votes ``u_hat_{j|i} = W_ij u_i`` and dynamic routing, fused (see module docstring).
 
@@ -314,6 +366,10 @@ def fused_dense_routing(
             autocast's dtype (or the poses'), votes, routing iterations and gradients
             included, which is faster on a CPU with native bfloat16 and less exact
             (``trainer.routing_precision: autocast``, docs/benchmarks.md).
+        votes_bf16: Compute the votes from bfloat16 inputs with float32 accumulation and a
+            float32 result; the routing stays in float32 (float64 inputs: float64 throughout,
+            rounded inputs only). :func:`selfcaps.caps.layers.votes_in_bf16` says what is
+            rounded. Nothing changes when the routing runs in a low precision.
 
     Returns:
         ``(v, c)``: parent poses ``(B, M, Dout)`` and final coupling coefficients
@@ -350,9 +406,13 @@ def fused_dense_routing(
         if dtype not in low and autocast_dtype is not None:
             x = x.to(autocast_dtype)
         weight = weight.to(x.dtype)
+    native_bf16 = False
+    if votes_bf16 and x.dtype not in low:
+        x, weight = bf16_vote_inputs(x, weight)
+        native_bf16 = _BMM_OUT_DTYPE and x.dtype == torch.float32 and device == "cuda"
     # Autocast off inside: it would cast the votes' and the routing's products to its dtype.
     with torch.autocast(device, enabled=False):
         v, c = _FusedDenseRouting.apply(
-            x, weight, out_caps, iters, agreement, normalize, detach_intermediate
+            x, weight, out_caps, iters, agreement, normalize, detach_intermediate, native_bf16
         )
     return (v.to(dtype), c) if float32_under_autocast else (v, c)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfcaps.caps.functional import squash
-from selfcaps.caps.fused_routing import fused_dense_routing
+from selfcaps.caps.fused_routing import bf16_vote_inputs, fused_dense_routing
 from selfcaps.caps.routing import Agreement, Normalize, dynamic_routing, self_routing
 
 __all__ = [
@@ -40,12 +40,14 @@ __all__ = [
     "route_in_autocast_dtype",
     "unfold_caps",
     "use_fused_routing",
+    "votes_in_bf16",
 ]
 
 Init = Literal["normal", "kaiming", "xavier"]
 
 _FUSED_ROUTING = True
 _ROUTE_IN_AUTOCAST_DTYPE = False
+_VOTES_IN_BF16 = False
 
 
 @contextlib.contextmanager
@@ -90,6 +92,62 @@ def route_in_autocast_dtype(enabled: bool) -> Iterator[None]:
         _ROUTE_IN_AUTOCAST_DTYPE = previous
 
 
+@contextlib.contextmanager
+def votes_in_bf16(enabled: bool) -> Iterator[None]:
+    r"""Compute the votes of :class:`DenseCaps` and :class:`ConvCaps2d` from bfloat16 inputs.
+
+    Inside ``votes_in_bf16(True)`` the vote product :math:`\hat u_{j|i} = W_{ij} u_i`
+    (Sabour et al. eq. 2), the layers' large GEMM, takes bfloat16 inputs with float32
+    accumulation and a float32 result; the routing iterations (softmax, eq. 3; squash, eq. 1;
+    agreement) and all gradients stay float32. Off by default, and then nothing changes.
+
+    What is rounded: each element of ``u_i`` and ``W_ij``, to the nearest bfloat16 (8
+    significant bits: relative error at most :math:`2^{-8}`). What is not: the products
+    (two 8-bit significands multiply exactly in float32's 24), their sum (float32), the
+    votes (float32). Per element, with ``K = in_dim`` and :math:`\gamma_K = K 2^{-24}/(1 - K
+    2^{-24})`, :math:`|\hat u - W u| \le (2^{-7} + 2^{-16} + \gamma_K (1 + 2^{-8})^2)
+    \sum_k |W_k| |u_k|`.
+    The gradient is the float32 gradient of the routing at the rounded inputs, passed to
+    ``u`` and ``W`` unchanged (straight-through); the gradient GEMMs stay float32.
+
+    Kernels: on CUDA with ``torch.bmm(..., out_dtype=torch.float32)`` (recent torch) the fused
+    routing's vote GEMM (forward, and its recomputation in backward) is one bfloat16
+    tensor-core GEMM with a float32 output (float32 accumulation);
+    ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`` (True by default)
+    lets cuBLAS use reduced-precision reductions (e.g. split-K partial sums) in bfloat16
+    GEMMs, and ``False`` forbids them; whether it changes a GEMM with a float32 output is for
+    a GPU run to show (the CUDA cases of ``tests/test_bf16_votes.py``). Everywhere else (the
+    CPU, the readable path, older torch) the same votes are a float32 GEMM of the rounded
+    inputs: equal up to the order of summation, and no faster. Torch's own bfloat16 ``bmm`` on
+    the CPU also accumulates in float32 but rounds its result to bfloat16 (8 more bits lost),
+    which is why it is not used; the CPU has no reduced-precision-reduction switch. With TF32
+    allowed, that float32 GEMM loses nothing more: bfloat16 values fit TF32's 10-bit
+    significand.
+
+    Not affected: :meth:`DenseCaps.votes`, the self-routing layers, and routing in
+    autocast's dtype (:func:`route_in_autocast_dtype`), whose votes are low-precision anyway.
+    ``tests/test_bf16_votes.py`` checks all this against float64; ``benchmarks/bf16_votes.py``
+    measures the error at CoCa's and SparseCaps' paper shapes.
+
+    Args:
+        enabled: Vote products from bfloat16 inputs.
+
+    Examples:
+        >>> layer = DenseCaps(32, 8, 4, 16)
+        >>> u = torch.randn(2, 32, 8)
+        >>> with votes_in_bf16(True):
+        ...     v = layer(u)
+        >>> v.dtype, bool((v - layer(u)).abs().max() > 0)
+        (torch.float32, True)
+    """
+    global _VOTES_IN_BF16
+    previous, _VOTES_IN_BF16 = _VOTES_IN_BF16, enabled
+    try:
+        yield
+    finally:
+        _VOTES_IN_BF16 = previous
+
+
 def _route_dense(
     x: Tensor,
     weight: Tensor,
@@ -109,7 +167,10 @@ def _route_dense(
             normalize,
             detach_intermediate,
             float32_under_autocast=not _ROUTE_IN_AUTOCAST_DTYPE,
+            votes_bf16=_VOTES_IN_BF16,
         )
+    if _VOTES_IN_BF16:
+        x, weight = bf16_vote_inputs(x, weight)
     return dynamic_routing(
         child_votes(x, weight, out_caps), iters, agreement, detach_intermediate, normalize
     )
