@@ -135,3 +135,29 @@ def test_max_epochs_belongs_to_epochs():
             batch_size=16,
             trainer_kwargs={"max_epochs": 3},
         )
+
+
+def test_a_backbone_given_in_eval_mode_trains_in_training_mode():
+    """A reloaded network comes in eval() mode; finetuning must update BatchNorm and use dropout.
+
+    Lightning keeps the modes it finds, so without ``train()`` BatchNorm would keep its
+    pretrained running statistics and normalise training batches with them.
+    """
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(8)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), bn).eval()
+    modes = []
+
+    class Spy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            modes.append(bn.training)
+            return self.net(x)
+
+    before = bn.running_mean.clone()
+    finetune(Spy(), 8, 2, *SPLITS, epochs=1, lr=0.01, weight_decay=0.0, batch_size=16)
+    assert True in modes  # the training steps saw BatchNorm in training mode
+    assert not torch.equal(bn.running_mean, before)  # and it updated its statistics

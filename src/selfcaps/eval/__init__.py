@@ -4,7 +4,7 @@ Every protocol takes plain tensors, ``torch.utils.data`` datasets or DataLoaders
 and returns a flat dict of numbers (accuracies in percent).
 """
 
-from selfcaps.eval.features import extract_features
+from selfcaps.eval.features import extract_features, extract_named_features
 from selfcaps.eval.finetune import FinetuneModule, finetune
 from selfcaps.eval.knn import KNNEvaluator, knn_evaluate, knn_predict
 from selfcaps.eval.linear import linear_probe
@@ -19,6 +19,7 @@ __all__ = [
     "count_flops",
     "count_parameters",
     "extract_features",
+    "extract_named_features",
     "finetune",
     "format_profile",
     "knn_evaluate",

@@ -2,11 +2,13 @@
 
 The whole network (backbone and head) is trained with AdamW and a cosine learning
 rate schedule over ``epochs`` (one step per epoch), or with the optimiser an
-``optimizer_fn`` returns. After every epoch the validation top-1 and loss are
-measured; the state with the best top-1 (or, with ``select="val_loss"``, the
-lowest loss; the earliest on ties) is kept in memory, on the CPU. After training
-that state is loaded back, and the test split is evaluated once, with it. The test
-split never influences training or selection.
+``optimizer_fn`` returns, in training mode (BatchNorm updates its statistics, dropout
+drops) whatever mode the backbone was given in: a network reloaded for evaluation is in
+``eval()`` mode, and Lightning keeps the modes it finds. After every epoch the
+validation top-1 and loss are measured; the state with the best top-1 (or, with
+``select="val_loss"``, the lowest loss; the earliest on ties) is kept in memory, on the
+CPU. After training that state is loaded back, and the test split is evaluated once, with
+it. The test split never influences training or selection.
 """
 
 from __future__ import annotations
@@ -272,6 +274,7 @@ def finetune(
         trainer.validate(module, dataloaders=as_loader(val_data, batch_size), verbose=False)
         module.best_epoch = -1
     else:
+        module.train()  # Lightning trains modules in the mode it finds them in
         trainer.fit(
             module,
             train_dataloaders=as_loader(train_data, batch_size, shuffle=True, seed=seed),

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from selfcaps.engine.progress import progress
 from selfcaps.eval import knn_evaluate
+from selfcaps.eval.features import extract_named_features
 
 __all__ = ["collect_features", "evaluation_record", "knn_metrics", "weights_digest"]
 
@@ -66,11 +66,12 @@ def evaluation_record(
     return out
 
 
-@torch.no_grad()
 def collect_features(
     module: nn.Module, loader: Any, fn: Callable[[Tensor], dict[str, Tensor]], kinds: Sequence[str]
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """Run ``fn`` over a loader with ``module`` in eval mode; features per kind and labels.
+    """Features per kind and labels of a loader, ``module`` in eval mode (with a progress bar).
+
+    :func:`~selfcaps.eval.features.extract_named_features` on ``module``'s device.
 
     Args:
         module: Put in ``eval()`` for the pass and restored afterwards.
@@ -81,21 +82,7 @@ def collect_features(
     Returns:
         ``({kind: (N, D) float32 CPU features}, (N,) labels)``.
     """
-    was_training = module.training
-    module.eval()
-    device = next(module.parameters()).device
-    feats: dict[str, list[Tensor]] = {k: [] for k in kinds}
-    labels = []
-    try:
-        n = len(getattr(loader, "dataset", ()))
-        for x, y in progress(loader, f"features of {n} images" if n else "features"):
-            out = fn(x.to(device))
-            for k in kinds:
-                feats[k].append(out[k].flatten(1).float().cpu())
-            labels.append(y.cpu())
-    finally:
-        module.train(was_training)
-    return {k: torch.cat(v) for k, v in feats.items()}, torch.cat(labels)
+    return extract_named_features(fn, loader, kinds, module=module, desc="features")
 
 
 def knn_metrics(
