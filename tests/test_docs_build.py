@@ -22,10 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 API_OBJECTS = {
     "caps": ("selfcaps.caps.dynamic_routing", "selfcaps.caps.DenseCaps", "selfcaps.caps.squash"),
     "losses": ("selfcaps.losses.NTXentLoss", "selfcaps.losses.SinkhornDivergence"),
-    "eval": ("selfcaps.eval.knn_predict", "selfcaps.eval.finetune.finetune"),
+    "eval": (
+        "selfcaps.eval.knn_predict",
+        "selfcaps.eval.finetune.finetune",
+        "selfcaps.eval.protocols.run_protocol",
+    ),
     "data": ("selfcaps.data.get_dataset", "selfcaps.data.SimCLRTransform"),
     "models": ("selfcaps.models.create_model", "selfcaps.models.weights.read_weights"),
-    "methods": ("selfcaps.run.trained.load_run", "selfcaps.methods.base.CapsuleMethod"),
+    "methods": ("selfcaps.methods.base.CapsuleMethod", "selfcaps.methods.get_method"),
+    "run": ("selfcaps.run.train.train_run", "selfcaps.run.trained.load_run"),
+    "config": ("selfcaps.config.loading.load_config", "selfcaps.config.ConfigError"),
 }
 
 

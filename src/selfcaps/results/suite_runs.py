@@ -4,8 +4,8 @@
 builds its ``selfcaps run`` command line and :func:`execute` runs it in a subprocess, or
 resumes it, or skips it when it finished earlier (:func:`~selfcaps.run.rundir.run_finished`:
 a run stopped by a signal is not finished). :func:`environment` and :func:`png_figure_html`
-are the pieces both suites' reports use. Both ``cli/bench.py`` and ``cli/claims.py`` import
-from here, so neither imports the other's internals.
+are the pieces both suites' reports use. Both :mod:`~selfcaps.results.bench` and
+:mod:`~selfcaps.results.claims` import from here, so neither imports the other's internals.
 """
 
 from __future__ import annotations
