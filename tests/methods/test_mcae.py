@@ -15,7 +15,8 @@ from selfcaps.data.transforms import PerImageStandardize
 from selfcaps.eval import finetune
 from selfcaps.eval.profile import count_flops
 from selfcaps.losses import class_nll, masked_patch_mse
-from selfcaps.methods.mcae.method import MCAE, _input_size, finetune_param_groups
+from selfcaps.methods.mcae.finetuning import finetune_param_groups
+from selfcaps.methods.mcae.method import MCAE, _input_size
 from selfcaps.models.mcae import (
     ConvMixerPrimaryCaps,
     MaskedReconstruction,

@@ -78,6 +78,20 @@ def test_metrics_and_selections_are_consistent(run_dir):
     assert best["epoch"] + 1 == m["best_finetune_epoch"]
 
 
+def test_finetune_checkpoints_hold_the_tested_classifier(run_dir):
+    """finetune/checkpoints: best.ckpt is the tested classifier (model.safetensors) with
+    how it was selected; last.ckpt is the end of the last finetuning epoch."""
+    m = json.loads((run_dir / "metrics.json").read_text())
+    best = load_checkpoint(run_dir / "finetune" / "checkpoints" / "best.ckpt")
+    assert best["selected_on"] == "min val_loss"
+    tested = load_file(run_dir / "finetune" / "model.safetensors")
+    assert sorted(best["state_dict"]) == sorted(f"backbone.{k}" for k in tested)
+    assert all(torch.equal(best["state_dict"][f"backbone.{k}"], v) for k, v in tested.items())
+    last = load_checkpoint(run_dir / "finetune" / "checkpoints" / "last.ckpt")
+    assert last["epoch"] == m["finetune_epochs"]
+    assert "optimizer_states" in last and last["state_dict"].keys() == best["state_dict"].keys()
+
+
 def test_weights_load_without_lightning_and_reproduce_the_test_accuracy(run_dir):
     cfg = json.loads((run_dir / "config.json").read_text())
     net = selfcaps.create_model(cfg["model"], **cfg["model_kwargs"]).eval()

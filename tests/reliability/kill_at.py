@@ -31,7 +31,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 import selfcaps.engine.trainer
-import selfcaps.methods.mcae.method
+import selfcaps.methods.mcae.finetuning
 from selfcaps.cli.main import main
 from selfcaps.methods import get_method, list_methods
 
@@ -95,7 +95,7 @@ def install(point: str, n: int) -> None:
         point, signals = SIGNAL_POINTS[point]
         action = lambda: send(*signals)  # noqa: E731
     if point == "finetune_batch":
-        finetune = selfcaps.methods.mcae.method.finetune
+        finetune = selfcaps.methods.mcae.finetuning.finetune
 
         def killing_finetune(*args: Any, trainer_kwargs: dict[str, Any], **kwargs: Any) -> Any:
             callbacks = [*trainer_kwargs.get("callbacks", []), Killer("train_batch", n)]
@@ -103,7 +103,7 @@ def install(point: str, n: int) -> None:
                 *args, trainer_kwargs={**trainer_kwargs, "callbacks": callbacks}, **kwargs
             )
 
-        selfcaps.methods.mcae.method.finetune = killing_finetune  # type: ignore[assignment]
+        selfcaps.methods.mcae.finetuning.finetune = killing_finetune  # type: ignore[assignment]
     elif point == "evaluate":
         for name in list_methods():
             evaluate = get_method(name).evaluate

@@ -2,6 +2,8 @@
 
 - :mod:`~selfcaps.engine.trainer`: :func:`~selfcaps.engine.trainer.build_trainer` (precision,
   devices, checkpoints, loggers, stopping, progress) and resuming at a batch.
+- :mod:`~selfcaps.engine.finetune_runs`: a supervised finetuning phase inside a run (its
+  Trainer settings, ``metrics.csv``, ``last.ckpt`` and the selected ``best.ckpt`` and weights).
 - :mod:`~selfcaps.engine.stopping`, :mod:`~selfcaps.engine.clock`: budgets (epochs, steps,
   ``--max-time``), signals and the time each phase took.
 - :mod:`~selfcaps.engine.checkpoints`, :mod:`~selfcaps.engine.atomic`: checkpoints and weights

@@ -42,37 +42,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
-import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor, nn
-from torch.utils.data import DataLoader, Subset
 from torchvision.transforms import v2
 
 from selfcaps.config.checks.labels import label_suffix
 from selfcaps.config.checks.mcae import check as check_mcae_config
 from selfcaps.data import EvalTransform
-from selfcaps.data.datamodule import (
-    EpochSampler,
-    SeededTransformDataset,
-    loader_kwargs,
-    mix_seed,
-)
+from selfcaps.data.datamodule import mix_seed
 from selfcaps.data.layouts import IMAGEFOLDER_PREFIX
 from selfcaps.data.transforms import PerImageStandardize
-from selfcaps.engine.checkpoints import AtomicCheckpointIO, save_weights
-from selfcaps.engine.csv_logs import RunCSVLogger
-from selfcaps.eval import finetune
-from selfcaps.eval.labels import dataset_targets, stratified_label_indices
 from selfcaps.eval.method_metrics import evaluation_record
-from selfcaps.losses import class_nll, masked_patch_mse
+from selfcaps.losses import masked_patch_mse
 from selfcaps.methods.base import CapsuleMethod
+from selfcaps.methods.mcae import finetuning
 from selfcaps.methods.mcae.figures import reconstruction_figure
-from selfcaps.methods.optimizers import build_optimizer
-from selfcaps.methods.schedules import cosine_schedule
 from selfcaps.models import create_model
 from selfcaps.models.mcae import MCAENet
 from selfcaps.viz.figures import Figure
@@ -80,33 +66,6 @@ from selfcaps.viz.figures import Figure
 __all__ = ["MCAE"]
 
 _VAL_MASK_SALT = 0x3A5C
-
-
-def finetune_param_groups(net: MCAENet, lr: float, scale: float) -> list[dict[str, Any]]:
-    """Optimiser parameter groups for finetuning: pretrained layers at ``lr * scale``.
-
-    The backbone (primary capsules) and the capsule encoder are what pretraining
-    trained; the class capsules are new at finetuning (section 3.2: "replace it with a
-    class capsule layer"). The paper finetunes everything at one rate (section 4.1: "We
-    then add the class capsules to our network and fully finetune it"): ``scale = 1``,
-    the default. A smaller scale (``eval.finetune_pretrained_lr_scale``, ours) is meant
-    to keep finetuning from overwriting what pretraining learnt; 0 freezes the
-    pretrained weights (their BatchNorm statistics still adapt).
-
-    Args:
-        net: The decoder-less classifier (:meth:`MCAE.classifier`).
-        lr: The finetuning learning rate (``eval.finetune_lr``).
-        scale: Factor of ``lr`` for the backbone and encoder.
-
-    Returns:
-        ``[{"params": pretrained, "lr": lr * scale}, {"params": the rest, "lr": lr}]``;
-        a group is left out when it has no parameters.
-    """
-    pretrained = [*net.backbone.parameters(), *net.encoder.parameters()]
-    ids = {id(p) for p in pretrained}
-    rest = [p for p in net.parameters() if id(p) not in ids]
-    groups = [{"params": pretrained, "lr": lr * scale}, {"params": rest, "lr": lr}]
-    return [g for g in groups if g["params"]]
 
 
 class MCAE(CapsuleMethod):
@@ -255,94 +214,21 @@ class MCAE(CapsuleMethod):
     # ------------------------------------------------------------------ finetuning
     def classifier(self) -> MCAENet:
         """A new network without the decoder, holding the current backbone, encoder and head."""
-        cfg = self.model_config()
-        net = create_model(cfg["model"], **{**cfg["model_kwargs"], "decoder": False})
-        state = {k: v for k, v in self.mcae.state_dict().items() if not k.startswith("decoder.")}
-        net.load_state_dict(state)
-        assert isinstance(net, MCAENet)
-        return net.to(self.device).requires_grad_(True)
-
-    def _finetune_optimizer(self, steps_per_epoch: int) -> Any:
-        e, o, epochs = self.cfg.eval, self.cfg.optim, int(self.cfg.eval.finetune_epochs)
-        lr = float(e.finetune_lr)
-        scale = float(e.get("finetune_pretrained_lr_scale", 1.0))
-
-        def make(module: L.LightningModule) -> Any:
-            net = module.backbone  # FinetuneModule(backbone=the classifier, head=Identity)
-            assert isinstance(net, MCAENet)
-            opt = build_optimizer(finetune_param_groups(net, lr, scale), o, lr=lr)
-            if o.scheduler == "none":
-                return opt
-            total = epochs * steps_per_epoch if o.interval == "step" else epochs
-            sched = cosine_schedule(opt, total, o.get("warmup"))
-            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": o.interval}}
-
-        return make
-
-    def _finetune_trainer_kwargs(self, out: Path | None) -> dict[str, Any]:
-        t = self.cfg.trainer
-        kwargs: dict[str, Any] = {
-            "accelerator": t.accelerator,
-            "precision": t.precision,
-            "log_every_n_steps": int(t.log_every_n_steps),
-            "use_distributed_sampler": False,
-        }
-        if out is None:
-            return kwargs
-        return {
-            **kwargs,
-            "default_root_dir": str(out),
-            "logger": RunCSVLogger(out),
-            "enable_checkpointing": True,
-            "callbacks": [
-                ModelCheckpoint(
-                    dirpath=out / "checkpoints",
-                    save_top_k=0,
-                    save_last=True,
-                    every_n_epochs=1,
-                    save_on_train_epoch_end=True,
-                )
-            ],
-            "plugins": [AtomicCheckpointIO()],
-        }
+        return finetuning.classifier(self)
 
     def labelled_indices(self, dm: Any) -> list[int] | None:
         """The labelled training images of ``eval.label_fraction`` / ``eval.labels_per_class``.
 
-        ``None`` (every label) unless one of the two keys is set; the subset is
-        stratified and fixed by ``eval.label_seed`` (default: the run's seed), see
-        :mod:`selfcaps.eval.labels`. A run with ``--pretrain-epochs 0`` and the same
-        seed finetunes on the same images.
+        See :func:`selfcaps.methods.mcae.finetuning.labelled_indices`.
         """
-        e = self.cfg.eval
-        fraction, per_class = e.get("label_fraction"), e.get("labels_per_class")
-        if fraction is None and per_class is None:
-            return None
-        seed = int(self.cfg.seed if e.get("label_seed") is None else e.label_seed)
-        return stratified_label_indices(
-            dataset_targets(dm.split("train")),
-            fraction=None if fraction is None else float(fraction),
-            per_class=None if per_class is None else int(per_class),
-            seed=seed,
-        ).tolist()
-
-    def _labelled_loader(self, dm: Any, labelled: Sequence[int]) -> DataLoader:
-        """Training batches of the labelled images only (augmented as ``dm.train_dataloader``).
-
-        The last, incomplete batch is kept: a 1% subset may hold only a few batches.
-        """
-        seed = int(self.cfg.seed)
-        ds = SeededTransformDataset(
-            Subset(dm.split("train"), list(labelled)), dm.train_transform, seed
-        )
-        batch = int(self.cfg.data.batch_size)
-        sampler = EpochSampler(len(ds), seed=seed, shuffle=True, rank=0, world_size=1)
-        return DataLoader(ds, batch_size=batch, sampler=sampler, **loader_kwargs(self.cfg))
+        return finetuning.labelled_indices(self.cfg, dm)
 
     def finetune_classifier(
         self, dm: Any, labelled: Sequence[int] | None = None
     ) -> tuple[MCAENet, dict[str, float | int]]:
         """Finetune a decoder-less copy; select on validation loss; test once.
+
+        See :func:`selfcaps.methods.mcae.finetuning.finetune_classifier`.
 
         Args:
             dm: The run's data.
@@ -353,46 +239,7 @@ class MCAE(CapsuleMethod):
             The finetuned classifier (selected epoch) and the results of
             :func:`selfcaps.eval.finetune`.
         """
-        net = self.classifier()
-        train = dm.train_dataloader() if labelled is None else self._labelled_loader(dm, labelled)
-        out = self.run_dir / "finetune" if self.run_dir is not None else None
-        t = self.cfg.trainer
-        result = finetune(
-            net,
-            self.info.num_classes,
-            self.info.num_classes,
-            train,
-            dm.eval_loader("val"),
-            dm.eval_loader("test"),
-            epochs=int(self.cfg.eval.finetune_epochs),
-            lr=float(self.cfg.eval.finetune_lr),
-            weight_decay=float(self.cfg.optim.weight_decay),
-            batch_size=int(self.cfg.data.batch_size),
-            head=nn.Identity(),
-            loss_fn=class_nll,
-            select="val_loss",
-            optimizer_fn=self._finetune_optimizer(len(train)),
-            trainer_kwargs=self._finetune_trainer_kwargs(out),
-            seed=mix_seed(self.cfg.seed, 0xF17E) % 2**31,
-            deterministic=bool(t.deterministic),
-            progress_bar=bool(t.progress_bar),
-        )
-        net.eval()
-        if out is not None:
-            self._save_classifier(net, result, out)
-        return net, result
-
-    def _save_classifier(self, net: MCAENet, result: dict[str, Any], out: Path) -> None:
-        cfg = self.model_config()
-        cfg["model_kwargs"]["decoder"] = False
-        state = net.state_dict()
-        save_weights(out / "model.safetensors", state, {**cfg, "method": self.name})
-        best = {
-            "epoch": int(result["best_epoch"]),
-            "state_dict": {f"backbone.{k}": v for k, v in state.items()},
-            "selected_on": "min val_loss",
-        }
-        AtomicCheckpointIO().save_checkpoint(best, out / "checkpoints" / "best.ckpt")
+        return finetuning.finetune_classifier(self, dm, labelled)
 
     def evaluate(self, dm: Any) -> dict[str, float | int | str]:
         """Pretraining val MSE, then finetuning with class capsules and its test accuracy."""
