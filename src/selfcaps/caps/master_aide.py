@@ -90,12 +90,15 @@ def channels_last_conv(conv: nn.Module, x: Tensor) -> Tensor:
 
     PyTorch's CPU grouped convolutions are 2-6x slower in NCHW than in
     channels-last, their backward up to 20x (few channels per group); the two
-    copies cost far less. The values are those of ``conv(x)``.
+    copies cost far less. The values are those of ``conv(x)``. Off the CPU path the copies
+    are two kernel launches each way and buy nothing, so it is ``conv(x)`` itself there.
 
     Args:
         conv: A convolution module (typically ``groups > 1``).
         x: ``(B, C, H, W)`` input.
     """
+    if not cpu_path(x):
+        return conv(x)
     return conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
 
 
