@@ -19,7 +19,7 @@ from selfcaps.caps.master_aide import _SquashCapsules, channels_last_conv
 from selfcaps.eval.dispatch import DispatchTally
 from selfcaps.losses import SinkhornDivergence, ground_cost
 from selfcaps.losses.feedback import CapsuleDeconv2d, FeedbackAgreement
-from selfcaps.losses.sinkhorn import cosine_cost_triples
+from selfcaps.losses.sinkhorn import cosine_cost_triples, sinkhorn_log_plan
 from selfcaps.models.encapnet import EncapNet
 
 SOURCES = ("v1", "v2", "v3", "own", "cross")
@@ -241,3 +241,35 @@ def test_feedback_unit_accelerator_features_equal_cpu_features():
         torch.randn(3, 4, 8, 8, dtype=torch.float64),
     )
     _assert_paths_agree(unit, hi, lo)
+
+
+def _plain_sinkhorn(cost: torch.Tensor, eps: float, iters: int) -> torch.Tensor:
+    """Eq. 9 as printed, no logarithms (float64): u = a / (K v), v = b / (K^T u) from v = 1/M."""
+    k = torch.exp(-cost / eps)
+    n, m = cost.shape
+    v = torch.full((m,), 1.0 / m, dtype=cost.dtype)
+    for _ in range(iters):
+        u = (1.0 / n) / (k @ v)
+        v = (1.0 / m) / (k.t() @ u)
+    return u[:, None] * k * v[None, :]
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.2])
+def test_square_sinkhorn_plan_on_an_accelerator(eps):
+    """Square problems on the accelerator path: the plain iteration's plan (float64, each problem
+    of a batch), and the CPU path's plan and gradient (the loop is differentiated through)."""
+    g = torch.Generator().manual_seed(10)
+    cost = (torch.rand(3, 6, 6, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    with sized_for("accelerator"), DispatchTally() as t:
+        acc = sinkhorn_log_plan(cost, eps, 7)
+    assert t.op_names["aten.logsumexp"] == 2 * 7 and t.ops <= 4 * 7 + 6
+    for i in range(3):
+        want = _plain_sinkhorn(cost[i].detach(), eps, 7)
+        torch.testing.assert_close(acc[i].exp(), want, rtol=1e-10, atol=1e-14)
+    with sized_for("cpu"):
+        cpu = sinkhorn_log_plan(cost, eps, 7)
+    torch.testing.assert_close(acc, cpu, rtol=1e-12, atol=1e-12)
+    w = torch.cos(torch.arange(cost.numel(), dtype=cost.dtype)).view_as(cost)
+    (d_acc,) = torch.autograd.grad(acc, cost, w)
+    (d_cpu,) = torch.autograd.grad(cpu, cost, w)
+    torch.testing.assert_close(d_acc, d_cpu, rtol=1e-10, atol=1e-12)

@@ -143,6 +143,8 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
     if epsilon <= 0 or iters < 1:
         raise ValueError(f"need epsilon > 0 and iters >= 1, got {epsilon}, {iters}")
     *lead, N, M = cost.shape
+    if N == M and not cpu_path(cost):
+        return _square_log_plan(cost, epsilon, iters)
     log_k = -cost / epsilon
     log_a, log_b = -math.log(N), -math.log(M)
     log_v = cost.new_full((*lead, M), log_b)
@@ -150,6 +152,23 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
         log_u = log_a - torch.logsumexp(log_k + log_v.unsqueeze(-2), dim=-1)
         log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(-1), dim=-2)
     return log_u.unsqueeze(-1) + log_k + log_v.unsqueeze(-2)
+
+
+def _square_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
+    """:func:`sinkhorn_log_plan` for ``N = M`` in 4 ops an iteration instead of 6 (accelerator).
+
+    With ``a = b = 1/N`` the weights drop out of the iteration: on the potentials
+    ``F = log a - log u`` and ``G = log b - log v`` it reads ``F = LSE_j(log K_ij - G_j)``,
+    ``G = LSE_i(log K_ij - F_i)`` from ``G = log N`` (``v = 1/N``), and
+    ``log P = log K - F - G - log N``: the same iterates, up to float rounding.
+    """
+    log_n = math.log(cost.shape[-1])
+    log_k = cost * (-1.0 / epsilon)
+    g = cost.new_full(cost.shape[:-1], log_n)
+    for _ in range(iters):
+        f = torch.logsumexp(log_k - g.unsqueeze(-2), dim=-1)
+        g = torch.logsumexp(log_k - f.unsqueeze(-1), dim=-2)
+    return (log_k - log_n) - f.unsqueeze(-1) - g.unsqueeze(-2)
 
 
 def sinkhorn_cost(
