@@ -20,10 +20,11 @@ capsule map ``(B, T, H, W, D)`` used elsewhere in selfcaps.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.functional import SQUASH_EPS, squash
@@ -58,8 +59,9 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     The same map as :func:`~selfcaps.caps.squash` (Sabour eq. 1, safe norm),
     computed with fewer passes over memory: ``v = s * |s|^2 / ((1 + |s|^2) sqrt(|s|^2 + eps))``.
     Should ``|s|^2`` overflow (entries above ~1e19) or be NaN, it falls back
-    to :func:`~selfcaps.caps.squash`, which rescales first. The memory format
-    (e.g. channels-last) is kept.
+    to :func:`~selfcaps.caps.squash`, which rescales first. Off the CPU path (no host read)
+    it always rescales, with a hand-written backward (:class:`_SquashCapsules`). The memory
+    format (e.g. channels-last) is kept.
 
     Args:
         x: Convolution output.
@@ -77,12 +79,52 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     if C % num_caps:
         raise ValueError(f"{C} channels do not split into {num_caps} capsule types")
     caps = x.view(B, num_caps, C // num_caps, H, W)
-    if not cpu_path(x):  # branch-free: no host read (squash rescales, so never overflows)
-        return squash(caps, dim=2).view(B, C, H, W)
+    if not cpu_path(x):  # branch-free: no host read (it rescales, so never overflows)
+        return _SquashCapsules.apply(caps, 2, SQUASH_EPS).view(B, C, H, W)
     n2 = caps.pow(2).sum(dim=2, keepdim=True)
     if not bool(torch.isfinite(n2).all()):
         return squash(caps, dim=2).view(B, C, H, W)
     return (caps * (n2 / ((1.0 + n2) * torch.sqrt(n2 + SQUASH_EPS)))).view(B, C, H, W)
+
+
+class _SquashCapsules(torch.autograd.Function):
+    r""":func:`~selfcaps.caps.squash` with a hand-written backward: fewer ops than autograd's.
+
+    With the detached scale ``k = max(1, max_i |s_i|)``, ``t = s / k``, ``n = |t|^2``,
+    ``c = 1 / k^2``, ``d = n + c`` and ``r = (n + eps c)^{-1/2}``, the squash of Sabour eq. 1
+    with the safe norm is ``v = f t`` with ``f = n r / d`` (the rescaled form of
+    :func:`~selfcaps.caps.squash`: ``|s|^2`` never overflows). Its vector-Jacobian product is
+
+    .. math::
+        \frac{\partial L}{\partial s} = \frac{1}{k} \Big( f g
+            + 2 \big(\tfrac{r - f}{d} - \tfrac{f r^2}{2}\big) (t \cdot g)\, t \Big)
+
+    for ``g = dL/dv`` (from ``dF/dq`` of ``F(q) = q / ((1 + q) sqrt(q + eps))``, ``q = |s|^2``):
+    about a dozen ops against autograd's two dozen. Once differentiable.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, s: Tensor, dim: int, eps: float) -> Tensor:
+        """Squash ``s`` along ``dim`` (safe-norm ``eps``); keep what the backward needs."""
+        k = torch.linalg.vector_norm(s, float("inf"), dim=dim, keepdim=True).clamp_min(1.0)
+        t = s / k
+        n = (t * t).sum(dim=dim, keepdim=True)
+        c = k.pow(-2)
+        r = torch.rsqrt(torch.add(n, c, alpha=eps))
+        d = n + c
+        f = n * r / d
+        ctx.dim = dim
+        ctx.save_for_backward(t, k, f, r, d)
+        return t * f
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
+        """``dL/ds`` from ``g = dL/dv`` (the class docstring's formula)."""
+        t, k, f, r, d = ctx.saved_tensors
+        tg = (t * g).sum(dim=ctx.dim, keepdim=True)
+        w = torch.sub((r - f) / d, f * r * r, alpha=0.5) * tg
+        return torch.addcmul(f * g, w, t, value=2.0) / k, None, None
 
 
 def channels_last_conv(conv: nn.Module, x: Tensor) -> Tensor:
@@ -90,12 +132,15 @@ def channels_last_conv(conv: nn.Module, x: Tensor) -> Tensor:
 
     PyTorch's CPU grouped convolutions are 2-6x slower in NCHW than in
     channels-last, their backward up to 20x (few channels per group); the two
-    copies cost far less. The values are those of ``conv(x)``.
+    copies cost far less. The values are those of ``conv(x)``. Off the CPU path the copies
+    are two kernel launches each way and buy nothing, so it is ``conv(x)`` itself there.
 
     Args:
         conv: A convolution module (typically ``groups > 1``).
         x: ``(B, C, H, W)`` input.
     """
+    if not cpu_path(x):
+        return conv(x)
     return conv(x.contiguous(memory_format=torch.channels_last)).contiguous()
 
 
@@ -217,6 +262,8 @@ class MasterAideConv2d(nn.Module):
         """The pre-activation ``s`` of eq. 6 (before the skip and the last BN-ReLU-squash)."""
         if not self.aide:
             return channels_last_conv(self.master, x)
+        if not cpu_path(x):
+            return self._mix_joint(x)
         a_master = self.master_act(channels_last_conv(self.master, x))
         a_aide = self.aide_act(self.aide_conv(x))
         m1, m2 = self._coefficients(a_master, a_aide)
@@ -225,6 +272,33 @@ class MasterAideConv2d(nn.Module):
         s = m1.unsqueeze(2) * a_master.view(B, T, -1, H, W)
         s = s + m2.unsqueeze(2) * a_aide.view(B, T, -1, H, W)
         return s.view(B, C, H, W)
+
+    def _mix_joint(self, x: Tensor) -> Tensor:
+        """:meth:`mix` in fewer ops (the accelerator path; equal up to float rounding).
+
+        The two branches' BatchNorm outputs are laid side by side per capsule type,
+        ``(B, T, 2, D, H, W)`` (master, aide): one ReLU and one squash (over ``D``) act on
+        both, the tensor is already the interleaved input of the ``v3`` coefficients, and eq. 6
+        is one product and one sum over the branch axis.
+        """
+        T = self.num_caps
+        z_master = self.master_act.bn(self.master(x))
+        z_aide = self.aide_act.bn(self.aide_conv(x))
+        B, C, H, W = z_master.shape
+        both = torch.cat([z.view(B, T, 1, -1, H, W) for z in (z_master, z_aide)], dim=2)
+        both = _SquashCapsules.apply(torch.relu(both), 3, SQUASH_EPS)
+        if self.coefficients == "v3":
+            first = second = both.view(B, 2 * C, H, W)
+        else:
+            a_master, a_aide = (both[:, :, i].reshape(B, C, H, W) for i in (0, 1))
+            first, second = {
+                "v1": (a_master, a_master),
+                "v2": (a_aide, a_aide),
+                "own": (a_master, a_aide),
+                "cross": (a_aide, a_master),
+            }[self.coefficients]
+        m = torch.stack([self.coef_master(first), self.coef_aide(second)], dim=2)  # (B, T, 2, H, W)
+        return (m.unsqueeze(3) * both).sum(2).view(B, C, H, W)
 
     def forward(self, x: Tensor, skip: Tensor | None = None) -> Tensor:
         """Map ``(B, T*in_dim, H, W)`` capsules to ``(B, T*out_dim, H', W')``.

@@ -43,6 +43,7 @@ __all__ = [
     "GroundCost",
     "KLDivergence",
     "SinkhornDivergence",
+    "cosine_cost_triples",
     "ground_cost",
     "sinkhorn_cost",
     "sinkhorn_log_plan",
@@ -84,6 +85,38 @@ def ground_cost(x: Tensor, y: Tensor, cost: GroundCost = "cosine") -> Tensor:
     raise ValueError(f"cost must be one of {_COSTS}, got {cost!r}")
 
 
+def cosine_cost_triples(pairs: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """The cosine costs of eq. 11's three problems ``(x, y)``, ``(x, x)``, ``(y, y)`` of every pair.
+
+    Equal to ``torch.stack([ground_cost(a, b) for x, y in pairs for a, b in ((x, y), (x, x),
+    (y, y))])`` up to float rounding, in a few ops for all pairs (an accelerator's path)
+    instead of about 25 per problem: every sample set narrower than the widest is
+    zero-padded to its width (one op each; zeros change neither a norm nor a dot product),
+    all are normalised by one :func:`~selfcaps.caps.functional.unit_vector`, and each
+    pair's Gram matrix ``[x; y] [x; y]^T`` (one batched product) holds its three cosine blocks.
+
+    Args:
+        pairs: ``(x, y)`` samples ``(B, d_i)``; one ``B`` for all, ``d_i`` may differ.
+
+    Returns:
+        ``(3 * len(pairs), B, B)`` costs ``1 - cos``, pair by pair in the order above.
+
+    Examples:
+        >>> x, y = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 2.0]])
+        >>> cosine_cost_triples([(x, y)]).flatten()
+        tensor([1., 0., 0.])
+    """
+    n = pairs[0][0].shape[0]
+    width = max(t.shape[1] for pair in pairs for t in pair)
+    rows = [
+        F.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t for p in pairs for t in p
+    ]
+    u = unit_vector(torch.stack(rows)).view(len(pairs), 2 * n, width)  # per pair: [x; y]
+    gram = torch.bmm(u, u.transpose(1, 2))
+    blocks = (gram[:, :n, n:], gram[:, :n, :n], gram[:, n:, n:])  # (x, y), (x, x), (y, y)
+    return (1.0 - torch.stack(blocks, dim=1)).view(3 * len(pairs), n, n)
+
+
 def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
     """Log of the entropic transport plan between uniform weights (eqs. 9-10, log domain).
 
@@ -110,6 +143,8 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
     if epsilon <= 0 or iters < 1:
         raise ValueError(f"need epsilon > 0 and iters >= 1, got {epsilon}, {iters}")
     *lead, N, M = cost.shape
+    if N == M and not cpu_path(cost):
+        return _square_log_plan(cost, epsilon, iters)
     log_k = -cost / epsilon
     log_a, log_b = -math.log(N), -math.log(M)
     log_v = cost.new_full((*lead, M), log_b)
@@ -117,6 +152,23 @@ def sinkhorn_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
         log_u = log_a - torch.logsumexp(log_k + log_v.unsqueeze(-2), dim=-1)
         log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(-1), dim=-2)
     return log_u.unsqueeze(-1) + log_k + log_v.unsqueeze(-2)
+
+
+def _square_log_plan(cost: Tensor, epsilon: float, iters: int) -> Tensor:
+    """:func:`sinkhorn_log_plan` for ``N = M`` in 4 ops an iteration instead of 6 (accelerator).
+
+    With ``a = b = 1/N`` the weights drop out of the iteration: on the potentials
+    ``F = log a - log u`` and ``G = log b - log v`` it reads ``F = LSE_j(log K_ij - G_j)``,
+    ``G = LSE_i(log K_ij - F_i)`` from ``G = log N`` (``v = 1/N``), and
+    ``log P = log K - F - G - log N``: the same iterates, up to float rounding.
+    """
+    log_n = math.log(cost.shape[-1])
+    log_k = cost * (-1.0 / epsilon)
+    g = cost.new_full(cost.shape[:-1], log_n)
+    for _ in range(iters):
+        f = torch.logsumexp(log_k - g.unsqueeze(-2), dim=-1)
+        g = torch.logsumexp(log_k - f.unsqueeze(-1), dim=-2)
+    return (log_k - log_n) - f.unsqueeze(-1) - g.unsqueeze(-2)
 
 
 def sinkhorn_cost(
@@ -206,15 +258,20 @@ class SinkhornDivergence(nn.Module):
 
         Every pair's three problems (eq. 11) share one Sinkhorn loop, so that several
         feedback units cost the launches of one. The pairs may differ in feature size but
-        not in batch size. Equal to ``torch.stack([self(x, y) for x, y in pairs])``.
+        not in batch size. Equal to ``torch.stack([self(x, y) for x, y in pairs])`` (up to
+        float rounding: off the CPU path the cosine costs come from
+        :func:`cosine_cost_triples`).
         """
         flat = [(x.flatten(1), y.flatten(1)) for x, y in pairs]
         sizes = {x.shape[0] for pair in flat for x in pair}
         if not self.debias or len(sizes) != 1:
             return torch.stack([self(x, y) for x, y in pairs])
-        q = torch.stack(
-            [ground_cost(a, b, self.cost) for x, y in flat for a, b in ((x, y), (x, x), (y, y))]
-        )
+        if self.cost == "cosine" and not cpu_path(flat[0][0]):
+            q = cosine_cost_triples(flat)
+        else:
+            q = torch.stack(
+                [ground_cost(a, b, self.cost) for x, y in flat for a, b in ((x, y), (x, x), (y, y))]
+            )
         w = _plan_cost(q, self.epsilon, self.iters, self.objective, self.detach_plan).view(-1, 3)
         return 2.0 * w[:, 0] - w[:, 1] - w[:, 2]
 
