@@ -44,3 +44,35 @@ def test_bf16_mixed_run_finishes_with_finite_metrics(method, tmp_path):
     assert numbers and all(math.isfinite(v) for v in numbers.values()), numbers
     cfg = yaml.safe_load((out / "config.yaml").read_text())
     assert cfg["trainer"]["precision"] == "bf16-mixed"
+
+
+def test_vote_precision_bf16_reaches_the_training_steps(tmp_path):
+    """``trainer.vote_precision=bf16`` trains (finite) and changes the weights a seed gives.
+
+    On the CPU the bf16 votes are a float32 product of bfloat16-rounded inputs: the same seed
+    gives other weights than float32 votes, which shows the key reached the capsule layers.
+    """
+    from safetensors.torch import load_file
+
+    weights = {}
+    for precision in ("float32", "bf16"):
+        out = tmp_path / precision
+        args = [
+            "run",
+            "coca",
+            "--out",
+            str(out),
+            *RUNS["coca"],
+            f"trainer.vote_precision={precision}",
+        ]
+        assert main(args) == 0
+        m = json.loads((out / "metrics.json").read_text())
+        assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
+        weights[precision] = load_file(out / "model.safetensors")
+    differ = [k for k in weights["bf16"] if not weights["bf16"][k].equal(weights["float32"][k])]
+    assert differ, "bf16 votes trained the same weights as float32 votes"
+
+
+def test_vote_precision_is_checked_before_torch(tmp_path, capsys):
+    assert main(["run", "coca", "--out", str(tmp_path / "r"), "trainer.vote_precision=fp8"]) == 2
+    assert "trainer.vote_precision" in capsys.readouterr().err

@@ -426,6 +426,9 @@ def fit(
 ) -> float:
     """Train (``trainer.fit``, resuming from ``ckpt``); the training seconds of the whole run.
 
+    ``trainer.routing_precision`` and ``trainer.vote_precision`` apply to the training steps
+    (:func:`~selfcaps.caps.layers.route_in_autocast_dtype`,
+    :func:`~selfcaps.caps.layers.votes_in_bf16`), not to the evaluation after them.
     A run of ``trainer.epochs=0`` (e.g. MCAE's no-pretraining baseline) trains nothing and
     checkpoints its initial weights as ``last``. The seconds include those of the processes
     before a resumed one.
@@ -433,11 +436,14 @@ def fit(
     t0 = time.perf_counter()
     if int(method.cfg.trainer.epochs) > 0:
         stop.training = True
-        from selfcaps.caps.layers import route_in_autocast_dtype  # (imports torch)
+        from selfcaps.caps.layers import route_in_autocast_dtype, votes_in_bf16  # (torch)
 
-        low_routing = method.cfg.trainer.get("routing_precision", "float32") == "autocast"
+        t = method.cfg.trainer
+        low_routing = t.get("routing_precision", "float32") == "autocast"
+        bf16_votes = t.get("vote_precision", "float32") == "bf16"
         try:
-            with route_in_autocast_dtype(low_routing):  # only matters under autocast
+            # routing_precision only matters under autocast; vote_precision in any precision
+            with route_in_autocast_dtype(low_routing), votes_in_bf16(bf16_votes):
                 trainer.fit(method, datamodule=dm, ckpt_path=str(ckpt) if ckpt else None)
         finally:
             stop.training = False
