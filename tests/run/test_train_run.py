@@ -26,10 +26,15 @@ TINY = [
 ]
 
 
-def test_train_run_writes_the_run_directory_and_returns_its_metrics(tmp_path):
-    out = tmp_path / "run"
-    result = train_run(RunSpec("coca", preset="quick", overrides=TINY, out=out))
-    assert result.exit_code == 0 and result.out == out
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train_run") / "run"
+    return train_run(RunSpec("coca", preset="quick", overrides=TINY, out=out))
+
+
+def test_train_run_writes_the_run_directory_and_returns_its_metrics(trained):
+    result, out = trained, trained.out
+    assert result.exit_code == 0
     assert [f for f in RUN_FILES if not (out / f).is_file()] == []
     assert json.loads((out / "metrics.json").read_text()) == result.metrics
     assert result.metrics["epochs_trained"] == 1 and "knn_top1_backbone" in result.metrics
@@ -59,3 +64,16 @@ def test_bad_requests_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match=r"trainer\.epochz"):
         prepare_run(RunSpec("coca", overrides=[("trainer.epochz", 1)], out=tmp_path / "y"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_run_gives_what_selfcaps_eval_writes(trained, capsys):
+    from selfcaps.cli import main
+    from selfcaps.run.evaluate import EvalRequest, evaluate_run
+
+    metrics, title = evaluate_run(EvalRequest(trained.out, "knn", progress=False))
+    assert "knn evaluation of" in title and metrics["knn_top1_backbone"] == pytest.approx(
+        trained.metrics["knn_top1_backbone"]
+    )  # the run's own kNN on the same checkpoint, bank and test split
+    assert main(["eval", str(trained.out), "--protocol", "knn", "--no-progress"]) == 0
+    written = json.loads((trained.out / "metrics.json").read_text())
+    assert {k: written[k] for k in metrics} == metrics

@@ -32,26 +32,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from omegaconf import OmegaConf
-
-from selfcaps.config.checks.labels import check_label_request
-from selfcaps.config.loading import (
-    ConfigError,
-    default_preset,
-    load_config,
-    parse_overrides,
-)
-from selfcaps.data.layouts import check_files_present
-from selfcaps.engine.atomic import update_json
+from selfcaps.config.loading import default_preset, load_config, parse_overrides
 from selfcaps.methods import get_method, list_methods
-from selfcaps.run.evaluate import load_for_evaluation, resolved_run_config
+from selfcaps.run.evaluate import EvalRequest, evaluate_run, resolved_run_config, save_metrics
 from selfcaps.run.rundir import stopped_by_signal
 from selfcaps.run.train import resume_command
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "PROTOCOLS",
@@ -140,102 +126,11 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """``selfcaps eval``."""
-    cfg, source = resolved_run_config(
-        args.run_dir, args.data_root
-    )  # these checks come before torch is imported
+    """``selfcaps eval``: :func:`~selfcaps.run.evaluate.evaluate_run`, saved and printed."""
+    cfg, _ = resolved_run_config(args.run_dir, args.data_root)  # before torch is imported
     _warn_if_stopped(args.run_dir, str(cfg.method), args.checkpoint)
-    wants_labels = args.label_fraction is not None or args.labels_per_class is not None
-    if args.protocol == "method":
-        given = [
-            flag
-            for flag, value in (
-                ("--feature", args.feature), ("--finetune-epochs", args.finetune_epochs),
-                ("--pretrained-lr-scale", args.pretrained_lr_scale), ("--seed", args.seed),
-                ("--label-fraction", args.label_fraction),
-                ("--labels-per-class", args.labels_per_class),
-            )
-            if value is not None
-        ] + (["--bank"] if args.bank != "train" else [])  # fmt: skip
-        if given:
-            raise ConfigError(
-                f"--protocol method is the run's own evaluation, with its own settings; "
-                f"{', '.join(given)} do not apply to it"
-            )
-    if args.bank != "train" and args.protocol != "knn":
-        raise ConfigError(f"--bank applies to the knn protocol, not {args.protocol}")
-    epochs = args.finetune_epochs
-    if epochs is not None and (args.protocol != "finetune" or epochs < 1):
-        raise ConfigError(
-            f"--finetune-epochs: expected >= 1 with --protocol finetune, got {epochs} with "
-            f"--protocol {args.protocol}"
-        )
-    if args.seed is not None and args.protocol != "finetune":
-        raise ConfigError(
-            f"--seed applies to --protocol finetune (the knn, linear and svm probes have no "
-            f"randomness), got --protocol {args.protocol}"
-        )
-    retrained = epochs is not None and epochs != int(cfg.eval.finetune_epochs)
-    if retrained:
-        cfg.eval.finetune_epochs = epochs
-    scale = args.pretrained_lr_scale
-    if scale is not None:
-        if args.protocol != "finetune" or args.feature is not None or scale < 0:
-            raise ConfigError(
-                "--pretrained-lr-scale: expected a factor >= 0 with --protocol finetune and no "
-                f"--feature (the method's own classifier), got {scale} with --protocol "
-                f"{args.protocol}" + ("" if args.feature is None else f" --feature {args.feature}")
-            )
-        cfg.eval.finetune_pretrained_lr_scale = scale
-    if wants_labels and args.protocol == "knn":
-        raise ConfigError(
-            "--label-fraction / --labels-per-class apply to the linear, svm and finetune "
-            "protocols, not knn"
-        )
-    if wants_labels:
-        try:  # the request is checked before torch is imported and the run is loaded
-            check_label_request(args.label_fraction, args.labels_per_class)
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
-    threads = args.threads if args.threads is not None else OmegaConf.select(cfg, "trainer.threads")
-    if threads not in (None, "auto") and int(threads) < 1:
-        raise ConfigError(f"--threads: expected a number of threads >= 1, got {threads}")
-    # Every protocol reads the train and test splits: missing files are reported now.
-    check_files_present(str(cfg.data.name), cfg.data.root, source)
-    from selfcaps.engine.progress import set_progress
-    from selfcaps.engine.threads import apply_threads
-    from selfcaps.eval.protocols import LabelSubset, feature_kind, run_protocol
-
-    set_progress(not args.no_progress)
-    apply_threads({"threads": threads})  # else every core (cli/threads.py)
-
-    run_seed = int(cfg.seed)
-    reseeded = args.seed is not None and args.seed != run_seed
-    if reseeded:  # the evaluation's randomness; the run's images stay (subset_seed)
-        cfg.seed = args.seed
-    method, dm = load_for_evaluation(
-        args.run_dir, args.checkpoint, cfg, source, subset_seed=run_seed
-    )
-    if args.protocol == "method":
-        return _method_evaluation(args, method, dm)
-    kind = feature_kind(method, args.feature)
-    labels = None
-    if wants_labels:  # default seed: the run's
-        seed = run_seed if args.label_seed is None else args.label_seed
-        labels = LabelSubset(args.label_fraction, args.labels_per_class, seed, seed != run_seed)
-    own = args.feature is None and hasattr(method, "finetune_classifier")
-    if scale is not None and not own:
-        raise ConfigError(
-            f"--pretrained-lr-scale: {method.name} has no classifier of its own to finetune "
-            "(methods that have one: mcae)"
-        )
-    metrics = run_protocol(method, dm, args.protocol, kind, labels, own, bank=args.bank)
-    # Another bank or finetuning length than the run's: keys of their own, the run's kept.
-    tag = ("" if args.bank == "train" else f"_{args.bank}") + (f"_ft{epochs}" if retrained else "")
-    tag += "" if scale is None else f"_plr{scale:g}"
-    tag += f"_seed{args.seed}" if reseeded else ""
-    metrics = {f"{k}{tag}": v for k, v in metrics.items()}
-    title = f"{args.protocol} evaluation of {args.run_dir} ({args.checkpoint}.ckpt, feature {kind})"
+    fields = {f: getattr(args, f) for f in EvalRequest.__dataclass_fields__ if f != "progress"}
+    metrics, title = evaluate_run(EvalRequest(**fields, progress=not args.no_progress))
     return _save_and_print(args.run_dir, metrics, title)
 
 
@@ -262,8 +157,7 @@ def _save_and_print(run_dir: Path, metrics: dict, title: str) -> int:
     one sentence per prefix, not as numbers beside the results; the last line says which
     file holds them all.
     """
-    path = run_dir / "metrics.json"
-    update_json(path, metrics)  # locked: concurrent evals keep both
+    path = save_metrics(run_dir, metrics)  # locked: concurrent evals keep both
     records = _record_prefixes(metrics)
     shown = {k: v for k, v in metrics.items() if not any(k.startswith(f"{p}_") for p in records)}
     width = max((len(k) for k in shown), default=0)
@@ -313,14 +207,6 @@ def _describe_record(prefix: str, m: dict) -> str:
             "equal digests, equal weights)"
         )
     return text
-
-
-def _method_evaluation(args: argparse.Namespace, method: object, dm: object) -> int:
-    """``--protocol method``: the method's own evaluation, merged into ``metrics.json``."""
-    metrics = dict(method.evaluate(dm))  # type: ignore[attr-defined]
-    metrics["evaluated_by"] = f"selfcaps eval --protocol method ({args.checkpoint}.ckpt)"
-    title = f"the method's own evaluation of {args.run_dir} ({args.checkpoint}.ckpt)"
-    return _save_and_print(args.run_dir, metrics, title)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
