@@ -5,13 +5,14 @@ Every ``import`` / ``from ... import`` of a selfcaps module is read from the sou
 or under ``TYPE_CHECKING``. The layers, each importing only from itself and the
 ones before it::
 
-    caps -> models -> losses -> data -> eval -> methods -> viz -> cli
+    caps -> models -> losses -> data -> engine -> eval -> viz -> methods -> run -> results -> cli
 
-Below every layer: ``selfcaps._names``, ``selfcaps.config.checks`` and
-``selfcaps.records`` (torch-free: the command line lists the methods and checks a
-configuration without torch), and ``selfcaps.configs`` (YAML presets). The package
-itself (``selfcaps``: ``__version__`` and lazy shortcuts such as ``selfcaps.load_run``)
-and ``selfcaps.__main__`` stand outside.
+Below every layer, in their own order, the torch-free foundation: ``selfcaps._names`` ->
+``selfcaps._version`` -> ``selfcaps.records`` -> ``selfcaps.config`` (the command line lists
+the methods and loads and checks a configuration without torch), and ``selfcaps.configs``
+(YAML presets). The package itself (``selfcaps``: ``__version__`` and lazy shortcuts such as
+``selfcaps.load_run``), the finder of moved module paths (``selfcaps._moved``) and
+``selfcaps.__main__`` stand outside: no layer imports them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ LAYERS = (
     "cli",
 )
 #: Packages (and modules) below every layer, in their order: they import no layer.
-FOUNDATION = ("_names", "records", "config", "configs")
+FOUNDATION = ("_names", "_version", "records", "config", "configs")
 #: The package's own ``__init__`` and ``__main__``, and the finder of moved paths: entry
 #: points, may import any layer.
 ENTRY = ("selfcaps", "selfcaps.__main__", "selfcaps._moved")
@@ -122,7 +123,7 @@ def _rank(group: str) -> int:
 
 def _allowed(source: str, target: str) -> bool:
     src, dst = _group(source), _group(target)
-    if src == "entry" or target == "selfcaps":  # the package's __version__ and shortcuts
+    if src == "entry":  # the package's shortcuts; no layer imports the package itself
         return True
     if dst == "entry":
         return False

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from selfcaps import _moved
-
-__version__ = "0.2.0"
+from selfcaps._version import __version__
 
 _moved.install()  # old module paths of the 0.2 restructuring warn and keep working
 

@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from selfcaps import __version__
+from selfcaps._version import __version__
 from selfcaps.cli import plain_warnings
 from selfcaps.engine.threads import set_openmp_wait
 

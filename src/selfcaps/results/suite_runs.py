@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selfcaps import __version__
+from selfcaps._version import __version__
 from selfcaps.engine.atomic import atomic_write_text
 from selfcaps.records import get_record
 from selfcaps.run.provenance import git_commit, machine
@@ -173,9 +173,7 @@ def _child_env() -> dict[str, str]:
     So a checkout that is not installed (or another installed copy) never runs
     different code from the bench that launched it.
     """
-    import selfcaps
-
-    src = str(Path(selfcaps.__file__).resolve().parents[1])
+    src = str(Path(__file__).resolve().parents[2])  # the directory holding selfcaps/
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env

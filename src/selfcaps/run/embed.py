@@ -66,7 +66,7 @@ def embed_split(
     import torch
     from torch.utils.data import DataLoader
 
-    from selfcaps import __version__
+    from selfcaps._version import __version__
     from selfcaps.data import get_dataset
     from selfcaps.eval.method_metrics import collect_features
     from selfcaps.run.trained import load_method

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from selfcaps import __version__
 from selfcaps._names import unknown_name_error
+from selfcaps._version import __version__
 from selfcaps.config.checks import check_config
 from selfcaps.config.loading import (
     ConfigError,
