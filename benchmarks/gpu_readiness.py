@@ -12,8 +12,10 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   transforms and collation, which a GPU run does in loader workers) is shown apart and is not
   part of ``ops_per_step``. A non-view operator is about one kernel launch on a GPU.
 * **host syncs per step** outside ``load``, with the source lines that cause them;
-* **data ms per batch**: the median time of one training batch from the preset's loader on the
-  main process (one core); the projection divides it by the loader workers a GPU run takes
+* **data ms per batch**: the median time of one training batch from the loader of the counted
+  fit (sized as ``--sizing``: on an accelerator a method may load uint8 images and per-image
+  parameters for its batch transform), on the main process (one core); the projection
+  divides it by the loader workers a GPU run takes
   (``data.num_workers: null`` resolves to one per core but one, at most 8: ``--gpu-workers``);
 * **training FLOPs per image** (forward and backward matrix products and convolutions,
   :func:`selfcaps.eval.profile.flop_counter`: ``torch.utils.flop_counter`` with the backward
@@ -107,9 +109,18 @@ def overrides(name: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
     return [("trainer.accelerator", "cpu"), *paper_copy(name, args.tiny, batches, args.batch_size)]
 
 
-def data_ms(dm: Any, batches: int) -> float:
+class LoaderGrab(Callback):
+    """Keeps the training loader a fit used (a method may load batches differently on an
+    accelerator, e.g. uint8 images and per-image parameters for a batch transform)."""
+
+    loader: Any = None
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self.loader = trainer.train_dataloader
+
+
+def data_ms(loader: Any, batches: int) -> float:
     """Median ms for one training batch from the loader (main process), after one warm-up."""
-    loader = dm.train_dataloader()
     it = iter(loader)
     times = []
     for _ in range(batches + 1):
@@ -147,8 +158,9 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     counter = PhaseCounter(tally, args.warmup)
     method, dm = build_method(name, "paper", overrides(name, args), args.data_root)
     batch = int(method.cfg.data.batch_size)
+    grab = LoaderGrab()
     with sized_for(args.sizing):
-        fit_steps(method, dm, args.warmup + args.steps, callbacks=[counter])
+        fit_steps(method, dm, args.warmup + args.steps, callbacks=[counter, grab])
     steps = max(counter.counted, 1)
     per_phase = {k: v / steps for k, v in tally.ops_by_phase.items()}
     ops = sum(per_phase.get(p, 0.0) for p in DEVICE_PHASES)
@@ -157,7 +169,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with flop_counter() as fc, sized_for("accelerator"):
         fit_steps(method, dm, 1)
     flops = fc.get_total_flops() / batch
-    ms = data_ms(dm, args.data_batches)
+    ms = data_ms(grab.loader, args.data_batches)
     workers = max(args.gpu_workers, 1) if dm.cfg.data.get("num_workers") is None else 1
     with sized_for(args.sizing):
         breaks = None if args.no_compile_check else graph_breaks(method, dm)

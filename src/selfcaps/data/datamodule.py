@@ -27,10 +27,12 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from selfcaps.caps.chunking import sizing
 from selfcaps.data import get_dataset
 
 __all__ = [
     "EpochSampler",
+    "SeededParamsDataset",
     "SeededTransformDataset",
     "SelfcapsDataModule",
     "TransformDataset",
@@ -222,6 +224,21 @@ class SeededTransformDataset(TransformDataset):
             return self._item(index)
 
 
+class SeededParamsDataset(SeededTransformDataset):
+    """uint8 images with the random parameters the transform draws for them, seeded as the parent.
+
+    Under the generator seeded by ``(seed, epoch, index)``, ``transform.item_params(image)``
+    makes the draws ``transform(image)`` would make (e.g.
+    :class:`~selfcaps.data.batch_crops.BatchCropTransform`); the item is
+    ``((image, params), target)``, and the transform applies the collated parameters to the
+    whole batch on the device.
+    """
+
+    def _item(self, index: int) -> tuple[Any, int]:
+        img, target = self.base[index]
+        return (img, self.transform.item_params(img)), int(target)  # type: ignore[attr-defined]
+
+
 #: Loader workers an accelerator run takes when ``data.num_workers`` is null (at most).
 ACCELERATOR_WORKERS = 8
 
@@ -355,8 +372,25 @@ class SelfcapsDataModule(L.LightningDataModule):
 
     @property
     def batched_train_transform(self) -> bool:
-        """True when the training transform works on whole batches (applied by the module)."""
-        return bool(getattr(self.train_transform, "is_batch_transform", False))
+        """True when the training transform works on whole batches (applied by the module).
+
+        A batch transform (``is_batch_transform``) always; one with
+        ``batches_on_accelerator`` (per-image parameters, batch application) only while a
+        trainer fits on an accelerator (or sized as one,
+        :func:`selfcaps.caps.chunking.sized_for`): a CPU run, and any loader made outside
+        the fit (MCAE's finetuning, ``selfcaps eval``), keep the per-image transform.
+        """
+        tf = self.train_transform
+        if getattr(tf, "is_batch_transform", False):
+            return True
+        return bool(getattr(tf, "batches_on_accelerator", False)) and self._fitting_on_accelerator()
+
+    def _fitting_on_accelerator(self) -> bool:
+        trainer = self.trainer
+        if trainer is None or not trainer.training:
+            return False
+        kind = sizing()
+        return trainer.strategy.root_device.type != "cpu" if kind == "device" else kind != "cpu"
 
     def training_split(self) -> Dataset:
         """The training split as the method trains on it (its ``training_dataset`` hook)."""
@@ -365,12 +399,19 @@ class SelfcapsDataModule(L.LightningDataModule):
         return module.training_dataset(train) if module is not None else train
 
     def train_dataloader(self) -> DataLoader:
-        """Training batches: transformed per sample, or raw uint8 for a batch transform."""
+        """Training batches: transformed per sample, or raw uint8 for a batch transform.
+
+        Raw uint8 with each image's parameters (:class:`SeededParamsDataset`) for a
+        transform that draws them per image and applies them per batch.
+        """
         train = self.training_split()
-        if self.batched_train_transform:
-            ds: Dataset = TransformDataset(train, None)
+        seed = self.cfg.seed
+        if self.batched_train_transform and hasattr(self.train_transform, "item_params"):
+            ds: Dataset = SeededParamsDataset(train, self.train_transform, seed)
+        elif self.batched_train_transform:
+            ds = TransformDataset(train, None)
         else:
-            ds = SeededTransformDataset(train, self.train_transform, self.cfg.seed)
+            ds = SeededTransformDataset(train, self.train_transform, seed)
         loader = self._loader(ds, True, self.cfg.data.batch_size, drop_last=True)
         if self._resume is not None:
             loader.sampler.resume_at(*self._resume)  # type: ignore[attr-defined]

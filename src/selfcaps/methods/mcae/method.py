@@ -140,21 +140,28 @@ class MCAE(CapsuleMethod):
         return net
 
     def build_transforms(self) -> tuple[Any, Any]:
-        """Per-dataset training augmentation and evaluation transform (paper section 4.2)."""
+        """Per-dataset training augmentation and evaluation transform (paper section 4.2).
+
+        Crops run per batch on an accelerator (:mod:`selfcaps.data.batch_crops`).
+        """
+        from selfcaps.data.batch_crops import on_device_crops
+
         a, info, name = self.cfg.augment, self.info, str(self.cfg.data.name)
         size = self.input_size()
         to_float = v2.ToDtype(torch.float32, scale=True)
         if name.startswith("smallnorb"):
             standardize = PerImageStandardize()
             return (
-                v2.Compose([v2.RandomCrop(size), to_float, standardize]),
+                on_device_crops(v2.Compose([v2.RandomCrop(size), to_float, standardize])),
                 v2.Compose([v2.CenterCrop(size), to_float, standardize]),
             )
         steps: list[Any] = [v2.RandomResizedCrop(size, scale=(a.min_scale, 1.0), antialias=True)]
         if name.startswith(IMAGEFOLDER_PREFIX) and a.color_jitter > 0:
             j = float(a.color_jitter)
             steps.append(v2.ColorJitter(brightness=j, contrast=j, saturation=j))
-        train = v2.Compose([*steps, to_float, v2.Normalize(list(info.mean), list(info.std))])
+        train = on_device_crops(
+            v2.Compose([*steps, to_float, v2.Normalize(list(info.mean), list(info.std))])
+        )
         native = info.image_size[0] if info.image_size else None
         return train, EvalTransform(info.mean, info.std, size=None if native == size else size)
 
