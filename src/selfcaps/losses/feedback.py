@@ -177,13 +177,12 @@ class FeedbackAgreement(nn.Module):
         if not isinstance(self.extractor, nn.Sequential):
             return self.extractor(generated), self.extractor(lower)
         conv1, bn1, _, conv2, bn2, _, _ = self.extractor
-        n = generated.shape[0]
         h = conv1(torch.cat([generated, lower]))
-        h = torch.cat([batch_norm(bn1, h[:n], False), batch_norm(bn1, h[n:], False)]).relu()
+        h = torch.cat([batch_norm(bn1, half, False) for half in h.chunk(2)]).relu()
         h = conv2(h)
-        h = torch.cat([batch_norm(bn2, h[:n], False), batch_norm(bn2, h[n:], False)]).relu()
-        h = h.flatten(1)
-        return h[:n], h[n:]
+        h = torch.cat([batch_norm(bn2, half, False) for half in h.chunk(2)]).relu()
+        gen, low = h.flatten(1).chunk(2)  # chunks: one cat in backward, not two pads and a sum
+        return gen, low
 
     def batch_counts(self) -> tuple[list[Tensor], list[int]]:
         """The batch counters :func:`feedback_features` defers, and the calls of each.
