@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
@@ -35,9 +36,12 @@ __all__ = [
     "CoefficientSource",
     "MasterAideConv2d",
     "SkipMode",
+    "batch_norm",
     "caps_to_channels",
     "channels_last_conv",
     "channels_to_caps",
+    "count_batches",
+    "deferred_counters",
     "squash_channels",
 ]
 
@@ -85,6 +89,57 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     if not bool(torch.isfinite(n2).all()):
         return squash(caps, dim=2).view(B, C, H, W)
     return (caps * (n2 / ((1.0 + n2) * torch.sqrt(n2 + SQUASH_EPS)))).view(B, C, H, W)
+
+
+def _defers(bn: nn.Module) -> bool:
+    """Whether ``bn``'s batch count can be deferred: training, tracked, fixed momentum.
+
+    With ``momentum=None`` the update factor is ``1 / num_batches_tracked``, so the count
+    must be current when the BatchNorm runs; such a module always counts itself.
+    """
+    return (
+        isinstance(bn, nn.modules.batchnorm._BatchNorm)
+        and bn.training
+        and bn.track_running_stats
+        and bn.momentum is not None
+    )
+
+
+def batch_norm(bn: nn.Module, x: Tensor, count: bool = True) -> Tensor:
+    """``bn(x)``; with ``count=False`` it leaves ``num_batches_tracked`` to the caller.
+
+    A training BatchNorm adds 1 to its ``num_batches_tracked`` on every call, one
+    launch each on an accelerator. With ``count=False`` (and a fixed momentum, see
+    :func:`deferred_counters`) the same normalisation and running-statistics update run,
+    and the caller adds the counts of many BatchNorms in one op (:func:`count_batches`);
+    after the step the module state is the same.
+
+    Args:
+        bn: A BatchNorm module.
+        x: Its input.
+        count: Increment ``num_batches_tracked`` here (as ``bn(x)`` does).
+    """
+    if count or not _defers(bn):
+        return bn(x)
+    return F.batch_norm(
+        x, bn.running_mean, bn.running_var, bn.weight, bn.bias, True, bn.momentum, bn.eps
+    )
+
+
+def deferred_counters(module: nn.Module) -> list[Tensor]:
+    """``num_batches_tracked`` of the BatchNorms in ``module`` that :func:`batch_norm` defers."""
+    return [m.num_batches_tracked for m in module.modules() if _defers(m)]
+
+
+def count_batches(counters: list[Tensor], times: int | list[int] = 1) -> None:
+    """Add ``times`` to every counter (one op for all: ``torch._foreach_add_``).
+
+    Args:
+        counters: ``num_batches_tracked`` buffers (:func:`deferred_counters`).
+        times: Calls made per counter (one number for all, or one per counter).
+    """
+    if counters:
+        torch._foreach_add_(counters, times)
 
 
 class _SquashCapsules(torch.autograd.Function):
@@ -164,8 +219,8 @@ class _BnReluSquash(nn.Module):
         self.num_caps = num_caps
         self.bn = nn.BatchNorm2d(channels)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return squash_channels(torch.relu(self.bn(x)), self.num_caps)
+    def forward(self, x: Tensor, count: bool = True) -> Tensor:
+        return squash_channels(torch.relu(batch_norm(self.bn, x, count)), self.num_caps)
 
 
 def _interleave(a: Tensor, b: Tensor, num_caps: int) -> Tensor:
@@ -273,17 +328,18 @@ class MasterAideConv2d(nn.Module):
         s = s + m2.unsqueeze(2) * a_aide.view(B, T, -1, H, W)
         return s.view(B, C, H, W)
 
-    def _mix_joint(self, x: Tensor) -> Tensor:
+    def _mix_joint(self, x: Tensor, count: bool = True) -> Tensor:
         """:meth:`mix` in fewer ops (the accelerator path; equal up to float rounding).
 
         The two branches' BatchNorm outputs are laid side by side per capsule type,
         ``(B, T, 2, D, H, W)`` (master, aide): one ReLU and one squash (over ``D``) act on
         both, the tensor is already the interleaved input of the ``v3`` coefficients, and eq. 6
-        is one product and one sum over the branch axis.
+        is one product and one sum over the branch axis. ``count=False``: the two BatchNorms
+        leave their batch counts to the caller (:func:`batch_norm`).
         """
         T = self.num_caps
-        z_master = self.master_act.bn(self.master(x))
-        z_aide = self.aide_act.bn(self.aide_conv(x))
+        z_master = batch_norm(self.master_act.bn, self.master(x), count)
+        z_aide = batch_norm(self.aide_act.bn, self.aide_conv(x), count)
         B, C, H, W = z_master.shape
         both = torch.cat([z.view(B, T, 1, -1, H, W) for z in (z_master, z_aide)], dim=2)
         both = _SquashCapsules.apply(torch.relu(both), 3, SQUASH_EPS)
@@ -300,17 +356,28 @@ class MasterAideConv2d(nn.Module):
         m = torch.stack([self.coef_master(first), self.coef_aide(second)], dim=2)  # (B, T, 2, H, W)
         return (m.unsqueeze(3) * both).sum(2).view(B, C, H, W)
 
-    def forward(self, x: Tensor, skip: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, skip: Tensor | None = None, count: bool = True) -> Tensor:
         """Map ``(B, T*in_dim, H, W)`` capsules to ``(B, T*out_dim, H', W')``.
 
         Args:
             x: Input capsules (type-major channels).
             skip: Added to the pre-activation before the last BatchNorm (a module's skip).
+            count: Off the CPU path, ``False`` leaves the BatchNorms' batch counts to the
+                caller (:func:`count_batches` of :func:`deferred_counters`); ``True`` adds
+                them here in one op. The CPU path always counts as ``nn.BatchNorm2d`` does.
         """
-        s = self.mix(x)
+        if cpu_path(x):
+            s = self.mix(x)
+            if skip is not None:
+                s = s + skip
+            return self.out_act(s)
+        s = self._mix_joint(x, count=False) if self.aide else self.master(x)
         if skip is not None:
             s = s + skip
-        return self.out_act(s)
+        out = self.out_act(s, count=False)
+        if count:
+            count_batches(deferred_counters(self))
+        return out
 
     def extra_repr(self) -> str:
         """Sizes and variant, shown by ``print(model)``."""
@@ -378,19 +445,25 @@ class CapsuleModule(nn.Module):
         if skip != "none" and (in_dim != out_dim or stride != 1):
             self.projection = nn.Conv2d(T * in_dim, T * out_dim, 3, stride, 1, bias=False)
 
-    def forward(self, x: Tensor, return_taps: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+    def forward(
+        self, x: Tensor, return_taps: bool = False, count: bool = True
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Capsules ``(B, T*in_dim, H, W)`` -> ``(B, T*out_dim, H/stride, W/stride)``.
 
         Args:
             x: Input capsules.
             return_taps: Also return ``[input, Type I output, Type II outputs...]`` (what
                 the feedback agreement units compare).
+            count: Off the CPU path, ``False`` leaves the BatchNorms' batch counts to the
+                caller; ``True`` adds all of the module's in one op (see
+                :meth:`MasterAideConv2d.forward`).
         """
+        defer = not cpu_path(x)
         taps = [x]
         skip = None
         if self.skip != "none":
             skip = self.projection(x) if self.projection is not None else x
-        y = self.type1(x, skip)
+        y = self.type1(x, skip, count=not defer)
         taps.append(y)
         first = y
         for i, layer in enumerate(self.type2):
@@ -399,8 +472,10 @@ class CapsuleModule(nn.Module):
                 add = y
             elif self.skip == "module" and i == len(self.type2) - 1:
                 add = first
-            y = layer(y, add)
+            y = layer(y, add, count=not defer)
             taps.append(y)
+        if defer and count:
+            count_batches(deferred_counters(self))
         return (y, taps) if return_taps else y
 
 

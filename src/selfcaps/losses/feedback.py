@@ -18,15 +18,32 @@ A unit holds
 
 Units are training-time regularisers: the network does not own them, so
 neither its parameters nor its inference path change when they are used.
+
+Off the CPU path (an accelerator) :func:`feedback_features` computes every unit's
+features in fewer kernel launches, with the same values, gradients and BatchNorm state:
+generators whose outputs have one shape share one ReLU and one squash (stacked along the
+batch: both act per sample), each extractor runs each convolution once on its two inputs
+stacked along the batch (while each BatchNorm still normalises each input with its own
+statistics, in the CPU path's order), and the BatchNorms' batch counts are added in one op.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 from torch import Tensor, nn
 
-from selfcaps.caps.master_aide import channels_last_conv, squash_channels
+from selfcaps.caps.chunking import cpu_path
+from selfcaps.caps.master_aide import (
+    batch_norm,
+    channels_last_conv,
+    count_batches,
+    deferred_counters,
+    squash_channels,
+)
 
-__all__ = ["CapsuleDeconv2d", "FeedbackAgreement", "feature_extractor"]
+__all__ = ["CapsuleDeconv2d", "FeedbackAgreement", "feature_extractor", "feedback_features"]
 
 
 class CapsuleDeconv2d(nn.Module):
@@ -70,10 +87,24 @@ class CapsuleDeconv2d(nn.Module):
         )
         self.bn = nn.BatchNorm2d(out_channels)
 
+    def preactivation(self, z: Tensor, count: bool = True) -> Tensor:
+        """``BN(deconv(z))``: the generator before its ReLU and squash.
+
+        Args:
+            z: Higher capsules ``(B, C_hi, h, w)``.
+            count: ``False`` leaves the BatchNorm's batch count to the caller
+                (:func:`~selfcaps.caps.master_aide.batch_norm`).
+        """
+        return batch_norm(self.bn, channels_last_conv(self.deconv, z), count)
+
+    def activate(self, x: Tensor) -> Tensor:
+        """ReLU, then squash per capsule when encapsulated (acts on each sample alone)."""
+        x = x.relu()
+        return squash_channels(x, self.num_caps) if self.num_caps else x
+
     def forward(self, z: Tensor) -> Tensor:
         """Higher capsules ``(B, C_hi, h, w)`` -> ``(B, C_lo, h * upsample, w * upsample)``."""
-        x = self.bn(channels_last_conv(self.deconv, z)).relu()
-        return squash_channels(x, self.num_caps) if self.num_caps else x
+        return self.activate(self.preactivation(z))
 
 
 def feature_extractor(channels: int) -> nn.Sequential:
@@ -130,8 +161,81 @@ class FeedbackAgreement(nn.Module):
 
     def features(self, higher: Tensor, lower: Tensor) -> tuple[Tensor, Tensor]:
         """``(f_phi(g_psi(higher)), f_phi(lower))``: the feature batches the divergence compares."""
+        if not cpu_path(higher):
+            return feedback_features([self], [(higher, lower)])[0]
         return self.extractor(self.generator(higher)), self.extractor(lower)
+
+    def extract_pair(self, generated: Tensor, lower: Tensor) -> tuple[Tensor, Tensor]:
+        """``(f_phi(generated), f_phi(lower))`` with each convolution run once on both.
+
+        The two inputs are stacked along the batch for the convolutions and the ReLUs (which
+        act per sample); each BatchNorm normalises the two halves one after the other, as two
+        calls of ``f_phi`` do (each with its own batch statistics, and its running statistics
+        updated first by the generated half, then by the lower one). The BatchNorms leave their
+        batch counts (two each) to the caller (:meth:`batch_counts`).
+        """
+        if not isinstance(self.extractor, nn.Sequential):
+            return self.extractor(generated), self.extractor(lower)
+        conv1, bn1, _, conv2, bn2, _, _ = self.extractor
+        h = conv1(torch.cat([generated, lower]))
+        h = torch.cat([batch_norm(bn1, half, False) for half in h.chunk(2)]).relu()
+        h = conv2(h)
+        h = torch.cat([batch_norm(bn2, half, False) for half in h.chunk(2)]).relu()
+        gen, low = h.flatten(1).chunk(2)  # chunks: one cat in backward, not two pads and a sum
+        return gen, low
+
+    def batch_counts(self) -> tuple[list[Tensor], list[int]]:
+        """The batch counters :func:`feedback_features` defers, and the calls of each.
+
+        The generator's BatchNorm runs once a step, each extractor BatchNorm twice.
+        """
+        gen, ext = deferred_counters(self.generator), deferred_counters(self.extractor)
+        return gen + ext, [1] * len(gen) + [2] * len(ext)
 
     def forward(self, higher: Tensor, lower: Tensor) -> Tensor:
         """The divergence between regenerated and actual lower capsules (scalar)."""
         return self.divergence(*self.features(higher, lower))
+
+
+def feedback_features(
+    units: Sequence[FeedbackAgreement], pairs: Sequence[tuple[Tensor, Tensor]]
+) -> list[tuple[Tensor, Tensor]]:
+    """Every unit's :meth:`FeedbackAgreement.features` of its ``(higher, lower)`` pair.
+
+    On the CPU path unit by unit. Off it (module docstring): each generator's
+    ``BN(deconv(higher))``, then one ReLU and squash per group of generators with equal
+    output shapes and capsule types (their outputs stacked along the batch), each unit's
+    extractor on its two inputs at once (:meth:`FeedbackAgreement.extract_pair`), and every
+    BatchNorm's batch count in one op. The same values, gradients and module state as unit by
+    unit, up to float rounding.
+
+    Args:
+        units: Feedback agreement units.
+        pairs: Their ``(higher, lower)`` capsules, one pair per unit.
+
+    Returns:
+        Per unit, ``(f_phi(g_psi(higher)), f_phi(lower))``.
+    """
+    if cpu_path(pairs[0][0]):
+        return [u.features(h, lo) for u, (h, lo) in zip(units, pairs, strict=True)]
+    pre = [
+        u.generator.preactivation(h, count=False) for u, (h, _) in zip(units, pairs, strict=True)
+    ]
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, (u, z) in enumerate(zip(units, pre, strict=True)):
+        groups.setdefault((tuple(z.shape), u.generator.num_caps), []).append(i)
+    generated: list[Tensor] = list(pre)
+    for members in groups.values():
+        stacked = torch.cat([pre[i] for i in members]) if len(members) > 1 else pre[members[0]]
+        out = units[members[0]].generator.activate(stacked)
+        for i, part in zip(members, out.chunk(len(members)), strict=True):
+            generated[i] = part
+    feats = [u.extract_pair(g, lo) for u, g, (_, lo) in zip(units, generated, pairs, strict=True)]
+    counters: list[Tensor] = []
+    times: list[int] = []
+    for u in units:
+        c, t = u.batch_counts()
+        counters += c
+        times += t
+    count_batches(counters, times)
+    return feats

@@ -52,6 +52,7 @@ from selfcaps.config.checks.encapnet import check as check_encapnet_config
 from selfcaps.eval import topk_correct
 from selfcaps.eval.method_metrics import evaluation_record
 from selfcaps.losses import FeedbackAgreement, KLDivergence, MarginLoss, SinkhornDivergence
+from selfcaps.losses.feedback import feedback_features
 from selfcaps.methods.base import CapsuleMethod
 from selfcaps.models import create_model
 
@@ -231,9 +232,12 @@ class EncapNetMethod(CapsuleMethod):
     def _feedback_divergence(self, taps: list[Any]) -> Tensor:
         """The sum of the units' divergences (eq. 11 per unit).
 
-        On an accelerator, when every unit compares with one Sinkhorn divergence, all units'
-        transport problems run in one batched loop (:meth:`SinkhornDivergence.many`): the
-        launches of one unit instead of one per unit. The CPU path calls unit by unit.
+        On an accelerator, when every unit compares with one Sinkhorn divergence, the units'
+        features come from :func:`~selfcaps.losses.feedback.feedback_features` (generators of
+        one output shape share their ReLU and squash, each extractor convolves its two inputs
+        at once) and all units' transport problems run in one batched loop
+        (:meth:`SinkhornDivergence.many`): the launches of one unit instead of one per unit.
+        The CPU path calls unit by unit.
         """
         inputs = [
             (taps[m - 1][hi], taps[m - 1][lo])
@@ -246,7 +250,11 @@ class EncapNetMethod(CapsuleMethod):
         units = list(zip(self.feedback, inputs, strict=True))
         if not shared or cpu_path(inputs[0][0]):
             return sum(self.compiled(u)(*xy) for u, xy in units)
-        return div.many([self.compiled(u.features)(*xy) for u, xy in units]).sum()
+        return div.many(self.compiled(self._unit_features)(inputs)).sum()
+
+    def _unit_features(self, inputs: list[tuple[Tensor, Tensor]]) -> list[tuple[Tensor, Tensor]]:
+        """Every feedback unit's feature pair, together (accelerator path)."""
+        return feedback_features(list(self.feedback), inputs)
 
     def _probe_due(self) -> bool:
         every = int(self.cfg.loss.probe_every)

@@ -73,7 +73,14 @@ from selfcaps.caps import (
     flatten_caps,
     unfold_caps,
 )
-from selfcaps.caps.master_aide import CoefficientSource, SkipMode, channels_to_caps
+from selfcaps.caps.chunking import cpu_path
+from selfcaps.caps.master_aide import (
+    CoefficientSource,
+    SkipMode,
+    channels_to_caps,
+    count_batches,
+    deferred_counters,
+)
 from selfcaps.models._registry import register_model
 
 __all__ = [
@@ -225,11 +232,21 @@ class EncapNet(_ImageNet):
         """Class capsules and every module's taps ``[input, Type I out, Type II outs...]``."""
         self._check_input(x)
         y = self.stem(x)
+        defer = not cpu_path(y)
         taps = []
         for module in self.capsule_modules:
-            y, t = module(y, return_taps=True)
+            y, t = module(y, return_taps=True, count=not defer)
             taps.append(t)
+        self._count_batches(defer)
         return self.class_caps(self._sequence(y)), taps
+
+    def _count_batches(self, deferred: bool) -> None:
+        """Add the capsule modules' deferred batch counts (off the CPU path), one op for all.
+
+        See :func:`~selfcaps.caps.master_aide.count_batches`.
+        """
+        if deferred:
+            count_batches(deferred_counters(self.capsule_modules))
 
     def _sequence(self, y: Tensor) -> Tensor:
         return flatten_caps(channels_to_caps(y, self.num_caps))
@@ -237,8 +254,10 @@ class EncapNet(_ImageNet):
     def _body(self, x: Tensor) -> Tensor:
         self._check_input(x)
         y = self.stem(x)
+        defer = not cpu_path(y)
         for module in self.capsule_modules:
-            y = module(y)
+            y = module(y, count=not defer)
+        self._count_batches(defer)
         return y
 
     def forward_features(self, x: Tensor) -> Tensor:
