@@ -91,6 +91,15 @@ def test_per_image_standardize_matches_numpy():
     assert torch.equal(flat, torch.zeros(1, 2, 2))  # constant image: no division by zero
 
 
+def test_per_image_standardize_of_a_batch_is_image_by_image():
+    x = torch.rand(3, 2, 4, 5) * 255
+    x[1] = 7.0  # a constant image in the batch: the floor applies to it alone
+    out = PerImageStandardize()(x)
+    loop = torch.stack([PerImageStandardize()(img) for img in x])
+    torch.testing.assert_close(out, loop, rtol=1e-6, atol=1e-6)
+    assert torch.equal(out[1], torch.zeros(2, 4, 5))
+
+
 def method_for(data, **overrides):
     pairs = [("data.name", data), ("model.dim", 8), ("model.decoder_caps", 1), *overrides.items()]
     return MCAE(load_config("mcae", "quick", pairs))

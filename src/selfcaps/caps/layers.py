@@ -45,9 +45,18 @@ __all__ = [
 
 Init = Literal["normal", "kaiming", "xavier"]
 
-_FUSED_ROUTING = True
-_ROUTE_IN_AUTOCAST_DTYPE = False
-_VOTES_IN_BF16 = False
+#: How the dense capsule layers route, read at every call; each context manager below sets one.
+_ROUTING = {"fused": True, "autocast_dtype": False, "votes_bf16": False}
+
+
+@contextlib.contextmanager
+def _routing_setting(name: str, enabled: bool) -> Iterator[None]:
+    """Set ``_ROUTING[name]`` to ``enabled`` inside the block, and back afterwards."""
+    previous, _ROUTING[name] = _ROUTING[name], enabled
+    try:
+        yield
+    finally:
+        _ROUTING[name] = previous
 
 
 @contextlib.contextmanager
@@ -63,12 +72,8 @@ def use_fused_routing(enabled: bool) -> Iterator[None]:
     Args:
         enabled: Use the fused implementation.
     """
-    global _FUSED_ROUTING
-    previous, _FUSED_ROUTING = _FUSED_ROUTING, enabled
-    try:
+    with _routing_setting("fused", enabled):
         yield
-    finally:
-        _FUSED_ROUTING = previous
 
 
 @contextlib.contextmanager
@@ -84,12 +89,8 @@ def route_in_autocast_dtype(enabled: bool) -> Iterator[None]:
     Args:
         enabled: Route in autocast's dtype.
     """
-    global _ROUTE_IN_AUTOCAST_DTYPE
-    previous, _ROUTE_IN_AUTOCAST_DTYPE = _ROUTE_IN_AUTOCAST_DTYPE, enabled
-    try:
+    with _routing_setting("autocast_dtype", enabled):
         yield
-    finally:
-        _ROUTE_IN_AUTOCAST_DTYPE = previous
 
 
 @contextlib.contextmanager
@@ -140,12 +141,8 @@ def votes_in_bf16(enabled: bool) -> Iterator[None]:
         >>> v.dtype, bool((v - layer(u)).abs().max() > 0)
         (torch.float32, True)
     """
-    global _VOTES_IN_BF16
-    previous, _VOTES_IN_BF16 = _VOTES_IN_BF16, enabled
-    try:
+    with _routing_setting("votes_bf16", enabled):
         yield
-    finally:
-        _VOTES_IN_BF16 = previous
 
 
 def _route_dense(
@@ -157,7 +154,7 @@ def _route_dense(
     normalize: Normalize = "parents",
     detach_intermediate: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    if _FUSED_ROUTING:
+    if _ROUTING["fused"]:
         return fused_dense_routing(
             x,
             weight,
@@ -166,10 +163,10 @@ def _route_dense(
             agreement,
             normalize,
             detach_intermediate,
-            float32_under_autocast=not _ROUTE_IN_AUTOCAST_DTYPE,
-            votes_bf16=_VOTES_IN_BF16,
+            float32_under_autocast=not _ROUTING["autocast_dtype"],
+            votes_bf16=_ROUTING["votes_bf16"],
         )
-    if _VOTES_IN_BF16:
+    if _ROUTING["votes_bf16"]:
         x, weight = bf16_vote_inputs(x, weight)
     return dynamic_routing(
         child_votes(x, weight, out_caps), iters, agreement, detach_intermediate, normalize

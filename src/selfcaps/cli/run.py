@@ -8,6 +8,7 @@ prints the run's headline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -201,16 +202,15 @@ def _print_summary(metrics: dict[str, Any], out: Path, classes: int) -> None:
 
 def _run(args: argparse.Namespace, command: str) -> int:
     """Train the run; a failed one removes the directories it created if it left them empty."""
-    args.command = command
     made: list[Path] = []
     try:
-        result = train_run(spec_from_args(args), made)
+        result = train_run(dataclasses.replace(spec_from_args(args), command=command), made)
     except BaseException:
         remove_if_empty(made)
         raise
     metrics, method = result.metrics, result.method
-    if result.exit_code != 0 or "stopped_by" not in metrics or "best_checkpoint" not in metrics:
-        return result.exit_code  # stopped by a signal (said so), or not rank 0
+    if result.exit_code != 0 or "best_checkpoint" not in metrics:
+        return result.exit_code  # stopped by a signal (said so), or not rank 0: no evaluation
     _print_summary(metrics, result.out, int(method.info.num_classes))
     if metrics["stopped_by"] != "epochs":
         print(budget_message(metrics))

@@ -151,13 +151,6 @@ def _gather_crop(images: Tensor, top: Tensor, left: Tensor, size: tuple[int, int
     return images[batch, :, rows.unsqueeze(2), cols.unsqueeze(1)].permute(0, 3, 1, 2)
 
 
-def _standardize(x: Tensor) -> Tensor:
-    """:class:`PerImageStandardize` of every image of a batch ``(B, C, H, W)``."""
-    n = x[0].numel()
-    std = x.std(dim=(1, 2, 3), unbiased=False, keepdim=True).clamp_min(1.0 / n**0.5)
-    return (x - x.mean(dim=(1, 2, 3), keepdim=True)) / std
-
-
 class BatchCropTransform:
     """A random-crop pipeline run per image on a CPU, per batch on an accelerator (module doc).
 
@@ -217,8 +210,8 @@ class BatchCropTransform:
                 mean = torch.as_tensor(step.mean, dtype=x.dtype, device=x.device)
                 std = torch.as_tensor(step.std, dtype=x.dtype, device=x.device)
                 x = x.sub_(mean.view(1, -1, 1, 1)).div_(std.view(1, -1, 1, 1))
-            else:
-                x = _standardize(x)
+            else:  # PerImageStandardize takes a batch image by image
+                x = step(x)
         return x
 
     def __call__(self, x: Any, generator: torch.Generator | None = None) -> Tensor:

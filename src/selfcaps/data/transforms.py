@@ -274,7 +274,9 @@ class PerImageStandardize:
     """Standardise each image to zero mean and unit variance (smallNORB, paper section 4.2).
 
     As ``tf.image.per_image_standardization``: the standard deviation is floored
-    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero.
+    at ``1 / sqrt(pixels)`` so that constant images do not divide by zero. A batch
+    ``(B, C, H, W)`` is standardised image by image (the batch crops of
+    :mod:`selfcaps.data.batch_crops`).
 
     Examples:
         >>> x = PerImageStandardize()(torch.arange(4.0).view(1, 2, 2))
@@ -283,7 +285,12 @@ class PerImageStandardize:
     """
 
     def __call__(self, x: Tensor) -> Tensor:
-        """The standardised image."""
+        """The standardised image ``(C, H, W)``, or every image of a batch ``(B, C, H, W)``."""
+        if x.dim() == 4:
+            dims = (1, 2, 3)
+            std = x.std(dim=dims, unbiased=False, keepdim=True)
+            std = std.clamp_min(1.0 / math.sqrt(x[0].numel()))
+            return (x - x.mean(dim=dims, keepdim=True)) / std
         std = x.std(unbiased=False).clamp_min(1.0 / math.sqrt(x.numel()))
         return (x - x.mean()) / std
 
