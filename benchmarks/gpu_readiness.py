@@ -23,6 +23,13 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   times too high for the input gradient);
 * **graph breaks** of the method's loss (``compute_loss`` on one augmented batch) under
   ``torch._dynamo.explain`` (``--no-compile-check`` skips it);
+* with ``--compiled-kernels``, **kernels of the compiled step**: ``compute_loss`` and its
+  backward on one augmented batch compiled by ``torch.compile`` (inductor, code generated
+  for this CPU), counted in the generated ``call`` functions: fused kernels inductor wrote
+  and library calls (convolutions, matrix products) it left to ATen. On a GPU inductor writes
+  Triton kernels instead, with similar but not identical fusion decisions, so this is an
+  estimate of the launches of a compiled step, not a count of them; the compiled projection
+  adds the eager augment and optimiser ops (compilation takes minutes per method);
 * **projected images/s** on a GPU: ``batch / t`` with
   ``t = max(ops x launch + syncs x sync, FLOPs per step / peak, data / workers)``, where
   ``launch`` (default 19 µs a launch) and ``peak`` (default 49 TFLOP/s, float32) are the
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -48,6 +56,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
 
 from _method_steps import METHODS, build_method, fit_steps, paper_copy, quiet_lightning
 from selfcaps.caps.chunking import sized_for
@@ -137,10 +146,7 @@ def graph_breaks(method: Any, dm: Any) -> int | None:
     """Graph breaks of ``compute_loss`` on one augmented training batch (``None``: it failed)."""
     import torch._dynamo as dynamo
 
-    batch = next(iter(dm.train_dataloader()))
-    tf = getattr(dm, "train_transform", None)
-    if getattr(tf, "is_batch_transform", False):
-        batch = (tf(batch[0], torch.Generator().manual_seed(0)), batch[1])
+    batch = augmented_batch(dm)
     dynamo.reset()
     try:
         explained = dynamo.explain(method.compute_loss)(batch)
@@ -150,6 +156,72 @@ def graph_breaks(method: Any, dm: Any) -> int | None:
     finally:
         dynamo.reset()
     return int(explained.graph_break_count)
+
+
+#: A generated kernel's call (inductor: ``cpp_fused_*`` on a CPU, ``triton_*`` on a GPU).
+_FUSED_CALL = re.compile(r"^\s+(?:\w+ = )?(?:cpp_fused_\w+|triton_\w+(?:\.run)?)\(")
+#: A call inductor leaves to a library: ``extern_kernels.mm(...)``, ``torch.ops.aten.X.Y(...)``.
+_LIBRARY_CALL = re.compile(r"^\s+(?:\w+ = )?(?:extern_kernels\.\w+|torch\.ops\.\w+\.\w+\.\w+)\(")
+
+
+def count_kernels(code: str) -> tuple[int, int]:
+    """``(fused, library)`` kernel calls in the ``call`` function of inductor's output code.
+
+    Allocations (``empty_strided_*``), tensor reinterpretations, asserts and ``del`` lines run
+    no kernel and are not counted; a ``call`` without a counted line reads ``(0, 0)``.
+    """
+    if "def call(" not in code:
+        return 0, 0
+    lines = []
+    for line in code[code.index("def call(") :].splitlines()[1:]:
+        if line.strip() and not line[0].isspace():
+            break  # the end of the function body
+        lines.append(line)
+    fused = sum(bool(_FUSED_CALL.match(line)) for line in lines)
+    library = sum(bool(_LIBRARY_CALL.match(line)) for line in lines)
+    return fused, library
+
+
+def augmented_batch(dm: Any) -> Any:
+    """One training batch with the data module's batch transform applied (if it has one)."""
+    batch = next(iter(dm.train_dataloader()))
+    tf = getattr(dm, "train_transform", None)
+    if getattr(tf, "is_batch_transform", False):
+        batch = (tf(batch[0], torch.Generator().manual_seed(0)), batch[1])
+    return batch
+
+
+def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
+    """Kernels of ``compute_loss`` and its backward under ``torch.compile`` (module docstring).
+
+    ``None`` (with a message) when compilation fails or inductor's output has no kernel this
+    parser recognises (a format it does not know).
+    """
+    import torch._dynamo as dynamo
+    from torch._inductor.utils import run_and_get_code
+
+    batch = augmented_batch(dm)
+
+    def step(b: Any) -> Tensor:
+        loss, _ = method.compute_loss(b)
+        loss.backward()
+        return loss.detach()
+
+    dynamo.reset()
+    try:
+        _, codes = run_and_get_code(torch.compile(step), batch)
+    except Exception as e:
+        print(f"  compiled kernels: compile failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    finally:
+        dynamo.reset()
+        method.zero_grad(set_to_none=True)
+    counts = [count_kernels(code) for code in codes]
+    fused, library = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    if fused + library == 0:
+        print("  compiled kernels: no kernel call recognised in the output", file=sys.stderr)
+        return None
+    return {"graphs": len(codes), "fused": fused, "library": library}
 
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -173,6 +245,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     workers = max(args.gpu_workers, 1) if dm.cfg.data.get("num_workers") is None else 1
     with sized_for(args.sizing):
         breaks = None if args.no_compile_check else graph_breaks(method, dm)
+        kernels = compiled_kernels(method, dm) if args.compiled_kernels else None
     row = {
         "method": name,
         "batch_size": batch,
@@ -186,9 +259,16 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "data_workers": workers,
         "flops_per_image": flops,
         "graph_breaks": breaks,
+        "compiled_kernels": kernels,
     }
     images_s, bound = projection(row, args)
-    return row | {"projected_images_per_s": round(images_s, 1), "bound_by": bound}
+    row |= {"projected_images_per_s": round(images_s, 1), "bound_by": bound}
+    if kernels is not None:
+        eager = sum(per_phase.get(p, 0.0) for p in ("augment", "optimiser"))
+        compiled = row | {"ops_per_step": kernels["fused"] + kernels["library"] + eager}
+        images_s, bound = projection(compiled, args)
+        row |= {"compiled_projected_images_per_s": round(images_s, 1), "compiled_bound_by": bound}
+    return row
 
 
 def projection(row: dict[str, Any], args: argparse.Namespace) -> tuple[float, str]:
@@ -227,6 +307,15 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.peak_tflops:g} TFLOP/s; ops and syncs exclude the load phase)"
     )
     for r in rows:
+        k = r.get("compiled_kernels")
+        if k:
+            lines.append(
+                f"  {r['method']} compiled: {k['fused'] + k['library']:,} kernels "
+                f"({k['fused']:,} fused, {k['library']:,} library) in {k['graphs']} graphs, "
+                f"projected {r['compiled_projected_images_per_s']:,.0f} images/s "
+                f"({r['compiled_bound_by']})"
+            )
+    for r in rows:
         for s in r["sync_sites"]:
             lines.append(f"  {r['method']}: {s['per_step']:g}/step in {s['phase']}: {s['site']}")
     return "\n".join(lines)
@@ -254,6 +343,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
     p.add_argument("--gpu-workers", type=int, default=8, help="loader workers on the GPU machine")
     p.add_argument("--no-compile-check", action="store_true", help="skip the graph-break count")
+    p.add_argument(
+        "--compiled-kernels",
+        action="store_true",
+        help="also count the kernels of the step compiled by inductor (minutes per method)",
+    )
     p.add_argument("--json", type=Path, help="also write the rows here")
     return p.parse_args(argv)
 

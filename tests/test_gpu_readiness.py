@@ -114,3 +114,76 @@ def test_cpu_digest_repeats_and_tells_seeds_apart(monkeypatch):
     a = cpu_digest.trained_digest("coca", None, 0, tiny)
     assert a == cpu_digest.trained_digest("coca", None, 0, tiny)
     assert a != cpu_digest.trained_digest("coca", None, 1, tiny)
+
+
+#: The shape of inductor's output code (torch 2.14, CPU), trimmed: a forward ``call``.
+INDUCTOR_CPU_CALL = '''
+cpp_fused_relu_0 = async_compile.cpp_pybinding(['float*'], """...""")
+
+
+class Runner:
+    def call(self, args):
+        primals_1, primals_2 = args
+        args.clear()
+        assert_size_stride(primals_1, (4, 4), (4, 1), 'input')
+        buf0 = empty_strided_cpu((4, 4), (4, 1), torch.float32)
+        extern_kernels.mm(primals_1, primals_2, out=buf0)
+        del primals_2
+        cpp_fused_relu_0(buf0, buf1)
+        buf3 = extern_kernels.convolution(reinterpret_tensor(buf1, (1, 1, 4, 4)), buf2)
+        buf4 = torch.ops.aten.convolution_backward.default(buf3, buf1, buf2, [0])
+        buf5 = buf4[0]
+        buf6 = buf5; del buf5  # reuse
+        cpp_fused_sum_1(buf3, buf6)
+        return (buf6, buf0, )
+
+runner = Runner(partitions=[])
+call = runner.call
+
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    fn = lambda: call(list(args))
+    cpp_fused_relu_0(fake)
+'''
+
+TRITON_CALL = """
+def call(args):
+    with torch.cuda._DeviceGuard(0):
+        buf0 = empty_strided_cuda((4, 4), (4, 1), torch.float32)
+        extern_kernels.bmm(a, b, out=buf0)
+        stream0 = get_raw_stream(0)
+        triton_poi_fused_add_relu_0.run(buf0, 16, stream=stream0)
+        triton_red_fused_sum_1.run(buf0, buf1, 4, 4, stream=stream0)
+        return (buf1, )
+"""
+
+
+def test_kernel_count_of_inductor_code_by_hand(readiness):
+    # CPU: fused cpp_fused_relu_0, cpp_fused_sum_1; library mm, convolution, convolution_backward
+    assert readiness.count_kernels(INDUCTOR_CPU_CALL) == (2, 3)
+    assert readiness.count_kernels(TRITON_CALL) == (2, 1)  # two Triton kernels, one bmm
+    assert readiness.count_kernels("no generated function here") == (0, 0)
+
+
+@pytest.mark.slow
+def test_compiled_kernels_of_a_small_step(readiness):
+    """A real compile (inductor, CPU): a linear layer, ReLU and a sum, forward and backward."""
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+
+        def compute_loss(self, batch):
+            return self.lin(batch[0]).relu().sum(), {}
+
+    class Data:
+        def train_dataloader(self):
+            return [(torch.randn(5, 4), torch.zeros(5))]
+
+    module = Tiny()
+    k = readiness.compiled_kernels(module, Data())
+    assert k is not None and k["graphs"] == 2  # forward and backward
+    assert k["library"] >= 2  # the forward and the weight-gradient matrix products
+    assert 1 <= k["fused"] <= 4
+    assert all(p.grad is None for p in module.parameters())  # the step leaves no gradients

@@ -55,3 +55,31 @@ def test_backward_ops_are_counted():
     with DispatchTally() as t:
         (w * w).sum().backward()
     assert t.ops >= 4 and t.syncs == 0  # mul, sum; backward: expand/mul(s), accumulate
+
+
+def test_allocations_and_profiler_markers_launch_nothing():
+    x = torch.randn(4, 3)
+    with DispatchTally() as t:
+        torch.empty(3)
+        torch.empty_like(x)
+        x.new_empty(2)
+        torch.empty_strided((2, 2), (1, 2))
+        with torch.profiler.record_function("section"):
+            pass
+    assert t.ops == 0, t.op_names
+    with DispatchTally() as t:
+        torch.zeros(3)  # an allocation and a fill: one kernel
+        torch.ones_like(x)
+    assert t.ops == 2, t.op_names
+
+
+def test_a_training_batch_norm_is_one_op_each_way():
+    bn = torch.nn.BatchNorm2d(3)
+    x = torch.randn(4, 3, 2, 2, requires_grad=True)
+    with DispatchTally() as t:
+        y = bn(x)
+    assert t.op_names.get("aten.empty", 0) == 0
+    assert t.op_names["aten.native_batch_norm"] == 1
+    with DispatchTally() as t:
+        y.backward(torch.ones_like(y))
+    assert t.op_names["aten.native_batch_norm_backward"] == 1

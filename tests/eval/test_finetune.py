@@ -161,3 +161,28 @@ def test_a_backbone_given_in_eval_mode_trains_in_training_mode():
     finetune(Spy(), 8, 2, *SPLITS, epochs=1, lr=0.01, weight_decay=0.0, batch_size=16)
     assert True in modes  # the training steps saw BatchNorm in training mode
     assert not torch.equal(bn.running_mean, before)  # and it updated its statistics
+
+
+def test_given_callbacks_run_beside_the_progress_bar():
+    from selfcaps.engine.progress import RunProgressBar
+
+    seen = {}
+
+    class Spy(Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen["bars"] = [type(c) for c in trainer.callbacks if isinstance(c, RunProgressBar)]
+
+    for bar in (True, False):
+        finetune(
+            backbone(),
+            8,
+            2,
+            *SPLITS,
+            epochs=1,
+            lr=0.01,
+            weight_decay=0.0,
+            batch_size=32,
+            progress_bar=bar,
+            trainer_kwargs={"callbacks": [Spy()]},
+        )
+        assert seen["bars"] == ([RunProgressBar] if bar else [])

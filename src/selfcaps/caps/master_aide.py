@@ -146,16 +146,17 @@ class _SquashCapsules(torch.autograd.Function):
     r""":func:`~selfcaps.caps.squash` with a hand-written backward: fewer ops than autograd's.
 
     With the detached scale ``k = max(1, max_i |s_i|)``, ``t = s / k``, ``n = |t|^2``,
-    ``c = 1 / k^2``, ``d = n + c`` and ``r = (n + eps c)^{-1/2}``, the squash of Sabour eq. 1
-    with the safe norm is ``v = f t`` with ``f = n r / d`` (the rescaled form of
+    ``c = 1 / k^2``, ``d = n + c``, ``e = n + eps c`` and ``r = e^{-1/2}``, the squash of
+    Sabour eq. 1 with the safe norm is ``v = f t`` with ``f = n r / d`` (the rescaled form of
     :func:`~selfcaps.caps.squash`: ``|s|^2`` never overflows). Its vector-Jacobian product is
 
     .. math::
         \frac{\partial L}{\partial s} = \frac{1}{k} \Big( f g
-            + 2 \big(\tfrac{r - f}{d} - \tfrac{f r^2}{2}\big) (t \cdot g)\, t \Big)
+            + 2 \big(\tfrac{r - f}{d} - \tfrac{f}{2 e}\big) (t \cdot g)\, t \Big)
 
-    for ``g = dL/dv`` (from ``dF/dq`` of ``F(q) = q / ((1 + q) sqrt(q + eps))``, ``q = |s|^2``):
-    about a dozen ops against autograd's two dozen. Once differentiable.
+    for ``g = dL/dv`` (from ``dF/dq`` of ``F(q) = q / ((1 + q) sqrt(q + eps))``, ``q = |s|^2``;
+    ``r^2 = 1 / e``): 12 ops forward and 9 backward, against autograd's two dozen each way.
+    Once differentiable.
     """
 
     @staticmethod
@@ -165,20 +166,21 @@ class _SquashCapsules(torch.autograd.Function):
         t = s / k
         n = (t * t).sum(dim=dim, keepdim=True)
         c = k.pow(-2)
-        r = torch.rsqrt(torch.add(n, c, alpha=eps))
+        e = torch.add(n, c, alpha=eps)
+        r = torch.rsqrt(e)
         d = n + c
         f = n * r / d
         ctx.dim = dim
-        ctx.save_for_backward(t, k, f, r, d)
+        ctx.save_for_backward(t, k, f, r, d, e)
         return t * f
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
         """``dL/ds`` from ``g = dL/dv`` (the class docstring's formula)."""
-        t, k, f, r, d = ctx.saved_tensors
+        t, k, f, r, d, e = ctx.saved_tensors
         tg = (t * g).sum(dim=ctx.dim, keepdim=True)
-        w = torch.sub((r - f) / d, f * r * r, alpha=0.5) * tg
+        w = torch.addcdiv((r - f) / d, f, e, value=-0.5) * tg
         return torch.addcmul(f * g, w, t, value=2.0) / k, None, None
 
 

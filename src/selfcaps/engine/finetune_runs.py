@@ -47,7 +47,7 @@ def finetune_trainer_kwargs(cfg: Any, out: Path | None) -> dict[str, Any]:
 
     Returns:
         Keyword arguments for ``lightning.Trainer``; they override ``finetune``'s
-        defaults (``callbacks`` included: a given list replaces its progress bar).
+        defaults (``callbacks`` are added to its progress bar).
     """
     t = cfg.trainer
     kwargs: dict[str, Any] = {

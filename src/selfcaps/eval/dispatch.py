@@ -7,9 +7,14 @@ value on the host (``.item()``, ``bool(tensor)``, ``.tolist()``, a boolean-mask 
 where the same Python code runs the same operators: :class:`DispatchTally` is a
 ``TorchDispatchMode`` that counts
 
-* **ops**: every operator that reaches the dispatcher except views (``view``, ``transpose``,
-  ``expand``, slicing: no kernel runs) and the metadata-only ``detach``/``alias``; on a GPU
-  each of these is about one kernel launch (a fused or a decomposed op may be more or fewer);
+* **ops**: every operator that reaches the dispatcher except those that run no kernel on a
+  GPU: views (``view``, ``transpose``, ``expand``, slicing), the metadata-only
+  ``detach``/``alias``, uninitialised allocations (``empty``, ``empty_like``,
+  ``empty_strided``, ``new_empty``: the caching allocator hands out memory without a kernel;
+  a CPU batch norm asks for an empty "reserve" tensor that cuDNN's allocates inside its own
+  op) and the profiler's ``record_function`` markers (host bookkeeping, e.g. Lightning's step
+  sections); on a GPU each counted op is about one kernel launch (a fused or a decomposed op
+  may be more or fewer);
 * **syncs**: operators whose result the host must read before it can go on
   (``aten._local_scalar_dense`` behind ``.item()``/``bool()``/``float()``, ``nonzero``,
   ``masked_select``, ``unique``, boolean-mask ``index``, ``repeat_interleave`` without an
@@ -62,8 +67,23 @@ SYNC_OPS = frozenset(
     }
 )
 
-#: Operators that run no kernel: metadata only.
-_FREE = frozenset({"aten.detach", "aten.alias", "aten.lift_fresh", "aten._unsafe_view"})
+#: Operators that run no kernel on a GPU: metadata only, or memory left uninitialised.
+_FREE = frozenset(
+    {
+        "aten.detach",
+        "aten.alias",
+        "aten.lift_fresh",
+        "aten._unsafe_view",
+        "aten.empty",
+        "aten.empty_like",
+        "aten.empty_strided",
+        "aten.new_empty",
+        "aten.new_empty_strided",
+    }
+)
+
+#: Namespaces whose operators are host bookkeeping (``torch.profiler.record_function``).
+_FREE_NAMESPACES = ("profiler.",)
 
 _SELF = str(Path(__file__).resolve())
 _TORCH = str(Path(torch.__file__).resolve().parent)
@@ -192,7 +212,7 @@ class DispatchTally(TorchDispatchMode):
         """Run ``func``; count it as an op unless it is a view, and as a sync if it reads."""
         kwargs = kwargs or {}
         name = str(func._overloadpacket)
-        if not func.is_view and name not in _FREE:
+        if not func.is_view and name not in _FREE and not name.startswith(_FREE_NAMESPACES):
             self.ops_by_phase[self.current] += 1
             self.op_names[name] += 1
         if _is_sync(func, args, kwargs):

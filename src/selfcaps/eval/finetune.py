@@ -219,7 +219,8 @@ def finetune(
         trainer_kwargs: Extra ``lightning.Trainer`` arguments, overriding the defaults
             (CPU, one device, no checkpoints, no logger, no progress bar, no sanity
             validation). Pass a ``logger`` to record ``train_loss``, ``val_loss``,
-            ``val_top1``, ``val_top5`` per epoch. ``max_epochs`` is set by ``epochs``.
+            ``val_top1``, ``val_top5`` per epoch. ``max_epochs`` is set by ``epochs``;
+            ``callbacks`` run beside the progress bar (they do not replace it).
         seed: Seeds everything (``lightning.seed_everything``), which makes the head's
             initialisation and the shuffling reproducible.
         deterministic: Passed to the Trainer (``torch.use_deterministic_algorithms``).
@@ -264,12 +265,13 @@ def finetune(
         "enable_checkpointing": False,
         "logger": False,
         "enable_progress_bar": progress_bar,
-        "callbacks": [RunProgressBar()] if progress_bar else [],
         "enable_model_summary": False,
         "num_sanity_val_steps": 0,
         "deterministic": deterministic,
     }
-    trainer = L.Trainer(max_epochs=epochs, **{**settings, **trainer_kwargs})
+    callbacks = [RunProgressBar()] if progress_bar else []
+    callbacks += list(trainer_kwargs.pop("callbacks", None) or [])
+    trainer = L.Trainer(max_epochs=epochs, callbacks=callbacks, **{**settings, **trainer_kwargs})
     if epochs == 0:  # no training: the given state is the selected one
         trainer.validate(module, dataloaders=as_loader(val_data, batch_size), verbose=False)
         module.best_epoch = -1

@@ -61,11 +61,11 @@ __all__ = [
     "finish",
     "fit",
     "prepare_run",
-    "provenance",
     "resume_changes",
     "resume_command",
     "resume_message",
     "resume_position",
+    "run_provenance",
     "train_run",
 ]
 
@@ -452,7 +452,7 @@ def fit(
     return time.perf_counter() - t0 + _seconds_before_resume(trainer)
 
 
-def provenance(commit: str, method: CapsuleMethod, world: int, threads: Any) -> dict[str, Any]:
+def run_provenance(commit: str, method: CapsuleMethod, world: int, threads: Any) -> dict[str, Any]:
     """What ran the run: versions, git commit, device, processes, threads and the machine."""
     import torch
 
@@ -567,7 +567,7 @@ def _train(
         "train_time_s": round(train_time, 1),
         "train_images_per_s": round(images / max(train_time, 1e-9), 1),
     }
-    ran_on = provenance(commit, method, world, threads)
+    ran_on = run_provenance(commit, method, world, threads)
     if stop.signum is not None:  # training stopped by a signal: no evaluation
         if trainer.is_global_zero:
             _write_stopped(spec, out, {**metrics, **ran_on}, stop.signum)
