@@ -29,7 +29,8 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   and library calls (convolutions, matrix products) it left to ATen. On a GPU inductor writes
   Triton kernels instead, with similar but not identical fusion decisions, so this is an
   estimate of the launches of a compiled step, not a count of them; the compiled projection
-  adds the eager augment and optimiser ops (compilation takes minutes per method);
+  adds the eager augment and optimiser ops (compilation takes minutes per method; PoE,
+  which makes its own updates inside ``compute_loss``, is not counted);
 * **projected images/s** on a GPU: ``batch / t`` with
   ``t = max(ops x launch + syncs x sync, FLOPs per step / peak, data / workers)``, where
   ``launch`` (default 19 µs a launch) and ``peak`` (default 49 TFLOP/s, float32) are the
@@ -194,11 +195,16 @@ def augmented_batch(dm: Any) -> Any:
 def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
     """Kernels of ``compute_loss`` and its backward under ``torch.compile`` (module docstring).
 
-    ``None`` (with a message) when compilation fails or inductor's output has no kernel this
-    parser recognises (a format it does not know).
+    ``None`` (with a message) when the method optimises manually (PoE: ``compute_loss`` makes
+    its own update, so a loss-and-backward step is not its step), when compilation fails, or
+    when inductor's output has no kernel this parser recognises (a format it does not know).
     """
     import torch._dynamo as dynamo
     from torch._inductor.utils import run_and_get_code
+
+    if not getattr(method, "automatic_optimization", True):
+        print("  compiled kernels: not counted (manual optimisation)", file=sys.stderr)
+        return None
 
     batch = augmented_batch(dm)
 

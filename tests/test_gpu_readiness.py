@@ -187,3 +187,13 @@ def test_compiled_kernels_of_a_small_step(readiness):
     assert k["library"] >= 2  # the forward and the weight-gradient matrix products
     assert 1 <= k["fused"] <= 4
     assert all(p.grad is None for p in module.parameters())  # the step leaves no gradients
+
+
+def test_compiled_kernels_skip_a_method_that_optimises_by_hand(readiness):
+    class Manual(torch.nn.Module):
+        automatic_optimization = False
+
+        def compute_loss(self, batch):
+            raise AssertionError("not to be called")
+
+    assert readiness.compiled_kernels(Manual(), None) is None
