@@ -447,3 +447,39 @@ def test_the_readme_is_a_front_door_and_quotes_sparsecaps_both_ways():
     assert f"{section_2_3} and only affects capsule training" in flat
     assert ('"replaces v as the output of the latent capsules layer used for classification '
             'and reconstruction"') in flat  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("- [unclosed\n", "not valid YAML"),
+        ("id: x\n", "expected a YAML list, got dict"),
+        ("", "got an empty file"),
+        ("- !!python/object/apply:os.system ['true']\n", "not valid YAML"),
+    ],
+)
+def test_a_registry_that_is_not_a_yaml_list_is_named(tmp_path, text, match):
+    path = tmp_path / "registry.yaml"
+    path.write_text(text)
+    with pytest.raises(RegistryError, match=match) as err:
+        load_registry(path)
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("method: [coca\n", "not valid YAML"),
+        ("- coca\n", "expected a YAML mapping, got list"),
+        ("", "got an empty file"),
+    ],
+)
+def test_a_run_config_that_is_not_a_yaml_mapping_is_named(tmp_path, text, match):
+    from selfcaps.models.weights import CheckpointError
+    from selfcaps.run.trained import run_config
+
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(CheckpointError, match=match) as err:
+        run_config(tmp_path)
+    assert str(tmp_path / "config.yaml") in str(err.value)
+    assert run_config(tmp_path / "missing") == {}

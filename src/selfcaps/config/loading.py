@@ -29,6 +29,7 @@ __all__ = [
     "load_config",
     "load_yaml",
     "parse_overrides",
+    "read_yaml",
 ]
 
 
@@ -36,28 +37,44 @@ class ConfigError(ValueError):
     """A configuration key or value that cannot be used; the message names the key."""
 
 
-def load_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
-    """Parse a YAML mapping safely (``yaml.safe_load``: no Python object construction).
+def read_yaml(
+    path: Path | str,
+    expected: type = dict,
+    error: type[Exception] = ConfigError,
+    text: str | None = None,
+) -> Any:
+    """Parse a YAML file safely (``yaml.safe_load``: no Python object construction).
 
     Args:
-        path: File to read (also used in error messages).
+        path: File to read (also named in error messages).
+        expected: The type the top level must have (``dict``: a mapping, ``list``: a list).
+        error: The exception class raised for bad YAML or a wrong top-level type.
         text: The file's text, if already read.
 
     Returns:
-        The mapping (empty for an empty file).
+        The parsed value (``None`` for an empty file).
 
     Raises:
-        ConfigError: The file is not valid YAML or not a mapping.
+        error: The file is not valid YAML, or its top level is not ``expected``; the message
+            names the file.
     """
     try:
         data = yaml.safe_load(Path(path).read_text() if text is None else text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping, got {type(data).__name__}")
+        raise error(f"{path}: not valid YAML ({e})") from None
+    if data is not None and not isinstance(data, expected):
+        kind = {dict: "mapping", list: "list"}.get(expected, expected.__name__)
+        raise error(f"{path}: expected a YAML {kind}, got {type(data).__name__}")
     return data
+
+
+def load_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
+    """Parse a YAML mapping safely (:func:`read_yaml`); an empty file is an empty mapping.
+
+    Raises:
+        ConfigError: The file is not valid YAML or not a mapping.
+    """
+    return read_yaml(path, dict, ConfigError, text) or {}
 
 
 def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:

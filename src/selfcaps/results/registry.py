@@ -74,10 +74,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
-from selfcaps.config.loading import ConfigError, load_config, parse_overrides
+from selfcaps.config.loading import ConfigError, load_config, parse_overrides, read_yaml
 from selfcaps.results.paired import PairedResult, paired_comparison
 
 __all__ = [
@@ -441,12 +440,9 @@ def load_registry(path: Path | str = DEFAULT_REGISTRY) -> list[Row]:
     path = Path(path)
     if not path.is_file():
         raise RegistryError(f"{path}: no results registry here (run from the repository root)")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise RegistryError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(raw, list):
-        raise RegistryError(f"{path}: expected a list of rows, got {type(raw).__name__}")
+    raw = read_yaml(path, list, RegistryError)
+    if raw is None:
+        raise RegistryError(f"{path}: expected a YAML list of rows, got an empty file")
     memo: dict[Any, str] = {}
     rows = [_row(f"{path}: row {i}", r, memo) for i, r in enumerate(raw)]
     seen: set[str] = set()

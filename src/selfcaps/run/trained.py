@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import yaml
 from torch import Tensor, nn
 
+from selfcaps.config.loading import read_yaml
 from selfcaps.models import create_model
 from selfcaps.models.weights import (
     CheckpointError,
@@ -128,12 +128,9 @@ def run_config(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return {}
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{path}: expected a mapping, got {type(cfg).__name__}")
+    cfg = read_yaml(path, dict, CheckpointError)
+    if cfg is None:
+        raise CheckpointError(f"{path}: expected a YAML mapping, got an empty file")
     return cfg
 
 
