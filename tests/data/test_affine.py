@@ -231,3 +231,25 @@ def test_affnist_like_falls_back_to_mnist5k(tmp_path):
         ds = AffNISTLikeDataset(tmp_path / "empty")
     assert ds.source == "mnist5k-test" and len(ds) == 32 * 1000
     assert torch.equal(ds.targets[:1000], MNIST5k(train=False).targets)
+
+
+def test_place_in_canvases_equals_a_loop_of_place_in_canvas():
+    """Every shift, pixels cut at each border, images wholly off the canvas, an image larger
+    than its canvas, odd margins: equal to the per-image function image by image."""
+    from selfcaps.data.affine import place_in_canvas, place_in_canvases
+
+    g = torch.Generator().manual_seed(0)
+    for channels, side, size in [(1, 28, 40), (3, 5, 8), (1, 6, 5), (2, 4, 7)]:
+        shifts = torch.arange(-size - side - 2, size + side + 3)
+        n = len(shifts)
+        images = torch.randint(1, 256, (n, channels, side, side), dtype=torch.uint8, generator=g)
+        dx = shifts[torch.randperm(n, generator=g)]
+        dy = shifts
+        got = place_in_canvases(images, size, dx, dy)
+        want = torch.stack(
+            [place_in_canvas(images[i], size, int(dx[i]), int(dy[i])) for i in range(n)]
+        )
+        assert got.dtype == torch.uint8 and torch.equal(got, want)
+        # a plain layout (a one-channel batch too), so the first convolution sees what it did
+        assert got.stride() == (channels * size * size, size * size, size, 1)
+        assert (want.flatten(1).amax(1) == 0).any() and (want.flatten(1).amax(1) > 0).any()

@@ -71,3 +71,28 @@ def test_step_schedule_still_steps_in_stairs():
     opt.step()
     sched.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.96)
+
+
+def test_canvas_shifts_per_batch_equal_the_per_image_path():
+    """SparseCaps' training transform on an accelerator: the loader draws each image's shift
+    (``SeededParamsDataset``), the batch is placed at once; the per-image path
+    (``SeededTransformDataset``, ``pad_to_canvas``) gives the same floats, bit for bit."""
+    from selfcaps.data.datamodule import SeededParamsDataset, SeededTransformDataset
+    from selfcaps.eval.dispatch import DispatchTally
+    from selfcaps.methods.sparsecaps import CanvasTransform
+
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (64, 1, 28, 28), dtype=torch.uint8, generator=g)
+    data = torch.utils.data.TensorDataset(images, torch.arange(64) % 10)
+    t = CanvasTransform(40, 6)
+    assert t.batches_on_accelerator and not CanvasTransform(40).batches_on_accelerator
+    for seed, epoch in [(0, 0), (5, 2)]:
+        per_image = SeededTransformDataset(data, t, seed)
+        want = torch.stack([per_image[(epoch, i)][0] for i in range(64)])
+        items = [SeededParamsDataset(data, t, seed)[(epoch, i)][0] for i in range(64)]
+        shifts = torch.stack([p for _, p in items])
+        with DispatchTally() as tally:
+            got = t([torch.stack([x for x, _ in items]), shifts], torch.Generator())
+        assert got.dtype == torch.float32 and torch.equal(got, want)
+        assert tally.syncs == 0
+    assert shifts.abs().max() == 6 and len({tuple(s) for s in shifts.tolist()}) > 10

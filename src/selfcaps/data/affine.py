@@ -63,10 +63,12 @@ __all__ = [
     "affine_digits",
     "affine_matrices",
     "draw_affnist",
+    "gather_windows",
     "ink_box",
     "offset_ranges",
     "pad_to_canvas",
     "place_in_canvas",
+    "place_in_canvases",
     "sample_affnist_params",
     "warp_digits",
 ]
@@ -436,6 +438,68 @@ def place_in_canvas(img: Tensor, size: int, dx: int, dy: int) -> Tensor:
     if t0 < t1 and l0 < l1:
         out[..., t0:t1, l0:l1] = img[..., t0 - top : t1 - top, l0 - left : l1 - left]
     return out
+
+
+def gather_windows(images: Tensor, top: Tensor, left: Tensor, size: tuple[int, int]) -> Tensor:
+    """Every ``images[b, :, top[b]:top[b] + h, left[b]:left[b] + w]`` at once: ``(B, C, h, w)``.
+
+    One advanced-indexing gather for the batch (no loop, no host read); every window must
+    lie inside the images.
+
+    Args:
+        images: ``(B, C, H, W)``.
+        top: ``(B,)`` first row of each window.
+        left: ``(B,)`` first column of each window.
+        size: ``(h, w)`` of the windows.
+
+    Examples:
+        >>> x = torch.arange(16).view(1, 1, 4, 4)
+        >>> gather_windows(x, torch.tensor([1]), torch.tensor([2]), (2, 2)).flatten().tolist()
+        [6, 7, 10, 11]
+    """
+    h, w = size
+    B, C = images.shape[:2]
+    dev = images.device
+    rows = top.view(B, 1, 1, 1) + torch.arange(h, device=dev).view(1, 1, h, 1)
+    cols = left.view(B, 1, 1, 1) + torch.arange(w, device=dev).view(1, 1, 1, w)
+    batch = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    channel = torch.arange(C, device=dev).view(1, C, 1, 1)
+    # four broadcast index tensors: the result is (B, C, h, w), laid out as a plain tensor
+    return images[batch, channel, rows, cols]
+
+
+def place_in_canvases(images: Tensor, size: int, dx: Tensor, dy: Tensor) -> Tensor:
+    """:func:`place_in_canvas` for a batch, each image with its own shift, in a fixed few ops.
+
+    The images are padded with ``size`` zeros on every side, and each canvas is one window of
+    its padded image (:func:`gather_windows`): the same pixels, moved, as the per-image
+    function pastes, and zeros elsewhere (pixels shifted past the border are cut off there
+    too). An offset that puts the whole image off the canvas is clamped to one that still
+    does, so any shift is accepted without a host read.
+
+    Args:
+        images: ``(B, C, H, W)``.
+        size: Canvas side length.
+        dx: ``(B,)`` integer shifts to the right.
+        dy: ``(B,)`` integer shifts downwards.
+
+    Returns:
+        ``(B, C, size, size)``, the images' dtype.
+
+    Examples:
+        >>> x = torch.ones(2, 1, 2, 2)
+        >>> out = place_in_canvases(x, 4, torch.tensor([0, 1]), torch.tensor([0, -1]))
+        >>> out[1, 0].tolist()  # centred at rows 1-2, columns 1-2; one right, one up
+        [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    """
+    H, W = images.shape[-2:]
+    # The image's first row and column on the canvas, where -H (-W) and size are already
+    # wholly off it: the canvas of image b is then rows [size - top_b, 2 size - top_b) of the
+    # image padded by size, inside the padded image for every clamped offset.
+    top = ((size - H) // 2 + dy.to(images.device)).clamp(-H, size)
+    left = ((size - W) // 2 + dx.to(images.device)).clamp(-W, size)
+    padded = F.pad(images, (size, size, size, size))
+    return gather_windows(padded, size - top, size - left, (size, size))
 
 
 def pad_to_canvas(

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 from torchvision.transforms import v2
 
+from selfcaps.data.affine import gather_windows
 from selfcaps.data.batch_transforms import _aa_weights, _is_bilinear
 from selfcaps.data.transforms import PerImageStandardize
 
@@ -140,17 +141,6 @@ def _crop_step(pipeline: v2.Compose) -> v2.Transform:
     return crop
 
 
-def _gather_crop(images: Tensor, top: Tensor, left: Tensor, size: tuple[int, int]) -> Tensor:
-    """Every ``images[b, :, top[b]:top[b] + h, left[b]:left[b] + w]``: ``(B, C, h, w)``."""
-    h, w = size
-    dev = images.device
-    rows = top.view(-1, 1) + torch.arange(h, device=dev)  # (B, h)
-    cols = left.view(-1, 1) + torch.arange(w, device=dev)  # (B, w)
-    batch = torch.arange(images.shape[0], device=dev).view(-1, 1, 1)
-    # advanced indices around a slice: the indexed dims come first, (B, h, w, C)
-    return images[batch, :, rows.unsqueeze(2), cols.unsqueeze(1)].permute(0, 3, 1, 2)
-
-
 class BatchCropTransform:
     """A random-crop pipeline run per image on a CPU, per batch on an accelerator (module doc).
 
@@ -203,7 +193,7 @@ class BatchCropTransform:
         if isinstance(self.crop, v2.RandomResizedCrop):
             x = uint8_resized_crop(images, top, left, height, width, self.size).to(torch.float32)
         else:
-            x = _gather_crop(images, top, left, self.size).to(torch.float32)
+            x = gather_windows(images, top, left, self.size).to(torch.float32)
         x = x.mul_(1.0 / _UINT8_MAX)  # as ToDtype(float32, scale=True) computes it
         for step in self.pipeline.transforms[2:]:
             if isinstance(step, v2.Normalize):

@@ -74,7 +74,7 @@ from selfcaps.caps import caps_length
 from selfcaps.config.checks.sparsecaps import FEATURE_KINDS
 from selfcaps.config.checks.sparsecaps import check as check_sparsecaps_config
 from selfcaps.data import DatasetNotFoundError, get_dataset, pad_to_canvas
-from selfcaps.data.affine import place_in_canvas
+from selfcaps.data.affine import place_in_canvas, place_in_canvases
 from selfcaps.data.affnist import AffNISTLikeDataset
 from selfcaps.data.datamodule import TransformDataset, loader_kwargs, mix_seed
 from selfcaps.data.dataset import ImageDataset
@@ -99,6 +99,12 @@ class CanvasTransform:
     module seeds per sample), else centred (evaluation; a 40x40 affNIST image in
     a 40x40 canvas is unchanged).
 
+    On an accelerator the shifts run per batch (:attr:`batches_on_accelerator`): the loader
+    workers draw each image's shift (:meth:`item_params`, the same draw from the same seeded
+    generator as the per-image path) and collate uint8 images, and :meth:`apply` places the
+    whole batch on the device (:func:`~selfcaps.data.affine.place_in_canvases`): the same
+    canvases, bit for bit.
+
     Args:
         canvas: Canvas side, or ``None`` to keep the image size.
         max_shift: Largest shift in pixels.
@@ -111,17 +117,45 @@ class CanvasTransform:
     def __init__(self, canvas: int | None, max_shift: int = 0) -> None:
         self.canvas, self.max_shift = canvas, max_shift
 
-    def __call__(self, img: Tensor) -> Tensor:
-        """The transformed image."""
+    @property
+    def batches_on_accelerator(self) -> bool:
+        """Random shifts run per batch on an accelerator (the data module asks)."""
+        return bool(self.canvas and self.max_shift)
+
+    def item_params(self, img: Tensor) -> Tensor:
+        """The shift ``[dx, dy]`` (int64) :func:`~selfcaps.data.affine.pad_to_canvas` draws.
+
+        Its one draw, from the global generator: ``torch.randint`` of two integers.
+        """
+        return torch.randint(-self.max_shift, self.max_shift + 1, (2,))
+
+    def apply(self, images: Tensor, params: Tensor) -> Tensor:
+        """A collated batch ``(B, C, H, W)`` with its shifts ``(B, 2)`` as floats in canvases."""
+        dx, dy = params.to(images.device).unbind(1)
+        return _to_float(place_in_canvases(images, int(self.canvas), dx, dy))
+
+    def __call__(self, img: Any, generator: torch.Generator | None = None) -> Tensor:
+        """The transformed image; :meth:`apply` for a collated ``(images, shifts)`` batch.
+
+        ``generator`` (passed by the training engine to batch transforms) is not used: the
+        shifts came drawn.
+        """
+        if isinstance(img, list | tuple):
+            return self.apply(*img)
         if self.canvas:
             if self.max_shift:
                 img = pad_to_canvas(img, self.canvas, self.max_shift)
             else:
                 img = place_in_canvas(img, self.canvas, 0, 0)
-        return img.float().div_(255.0) if img.dtype == torch.uint8 else img.float()
+        return _to_float(img)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(canvas={self.canvas}, max_shift={self.max_shift})"
+
+
+def _to_float(img: Tensor) -> Tensor:
+    """uint8 -> float in ``[0, 1]`` (``/ 255``); float images as they are, in float32."""
+    return img.float().div_(255.0) if img.dtype == torch.uint8 else img.float()
 
 
 class SparseCaps(CapsuleMethod):
