@@ -35,6 +35,16 @@ stops a row that runs long without losing the others.
 
 ``--tiny``: networks of each paper preset's structure with small widths, on mnist5k (no
 data root needed), batch 8. Exit code 1 if any check failed or the check was cut short.
+
+``--compile``: the timed steps run with ``trainer.compile`` (``torch.compile``;
+``reduce-overhead``, a CUDA graph, on a GPU), and a row is the speed alone: the warm-up steps
+include the compilation (give ``--warmup`` at least 3 for a CUDA graph), FLOPs come from an eager
+step, and the resume and float64 checks, which are the eager rows' business, are left out. A
+compilation takes minutes (on a CPU the first compiled step of a ``quick`` network took 85-138 s,
+docs/benchmarks.md), so give such rows a larger ``--method-cap-s`` and fewer methods::
+
+    python benchmarks/gpu_check.py --data-root DIR --compile --warmup 5 --method-cap-s 240 \
+        --methods coca mcae --precisions 32-true --jsonl rows.jsonl
 """
 
 from __future__ import annotations
@@ -107,11 +117,13 @@ def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str
 
 
 def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """The ``paper`` preset's overrides for the timed bare steps (no determinism, no validation)."""
+    """The ``paper`` preset's overrides for the timed bare steps (no determinism, no validation;
+    ``trainer.compile`` with ``--compile``)."""
     return [
         ("trainer.accelerator", args.accelerator),
         ("trainer.precision", precision),
         ("trainer.deterministic", False),
+        ("trainer.compile", bool(args.compile)),
         *paper_copy(name, args.tiny, args.warmup + args.steps),
     ]
 
@@ -165,7 +177,8 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
     step = timer.median("loop_wall", skip=args.warmup)
     row = {"finite": True, "images_s": batch / step, "step_ms": 1000 * step}
     row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else math.nan
-    method, dm = build_method(name, "paper", overrides, args.data_root)
+    eager = [(k, False if k == "trainer.compile" else v) for k, v in overrides]
+    method, dm = build_method(name, "paper", eager, args.data_root)  # FLOPs of an eager step
     with flop_counter() as fc:
         fit_steps(method, dm, 1, precision, accelerator=args.accelerator)
     row["flops_per_image"] = fc.get_total_flops() / batch
@@ -179,6 +192,9 @@ def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -
     row: dict[str, Any] = {"method": name, "precision": precision}
     row.update(timed_steps(name, precision, args))
     row["share"] = row["images_s"] * row["flops_per_image"] / args.peaks[precision]
+    if args.compile:  # speed alone (module docstring)
+        extra = {"compiled": True, "resume": None, "fp64": None}
+        return row | extra | {"seconds": time.perf_counter() - t0}
     shared = method_args(name, precision, args)
     full, split = root / f"{name}-{precision}-full", root / f"{name}-{precision}-split"
     half = max(1, args.resume_steps // 2)
@@ -196,7 +212,10 @@ def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -
 
 
 def row_ok(row: dict[str, Any], tolerance: float) -> bool:
-    """A row passes: finite steps, resumed bit for bit, float64 within ``tolerance``."""
+    """A row passes: finite steps, resumed bit for bit, float64 within ``tolerance`` (a compiled
+    row: finite steps)."""
+    if row.get("compiled"):
+        return bool(row.get("finite"))
     return bool(row.get("finite")) and row.get("resume") == 0.0 and row["fp64"] <= tolerance
 
 
@@ -204,11 +223,16 @@ def format_row(r: dict[str, Any], tolerance: float) -> str:
     """One table line (a row that did not finish says why)."""
     if "status" in r:
         return f"{r['method']:<11}{r['precision']:<11}  {r['status']}"
-    resume = "exact" if r["resume"] == 0.0 else format(r["resume"], ".1e")
+    if r.get("compiled"):
+        resume, fp64, note = "-", "-", "  (compiled: speed only)"
+    else:
+        resume = "exact" if r["resume"] == 0.0 else format(r["resume"], ".1e")
+        fp64, note = format(r["fp64"], ".1e"), ""
     return (
         f"{r['method']:<11}{r['precision']:<11}{'yes' if r['finite'] else 'NO':>7}{resume:>9}"
-        f"{r['fp64']:>10.1e}{r['images_s']:>10.1f}{r.get('peak_mem_gib', math.nan):>9.2f}"
+        f"{fp64:>10}{r['images_s']:>10.1f}{r.get('peak_mem_gib', math.nan):>9.2f}"
         f"{100 * r['share']:>7.1f}%{r['seconds']:>7.0f}s  {'yes' if row_ok(r, tolerance) else 'NO'}"
+        + note
     )
 
 
@@ -261,6 +285,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-root", help="dataset root of the paper presets' data")
     p.add_argument("--threads", type=int, default=1, help="CPU threads")
     p.add_argument("--tolerance", type=float, default=1e-3, help="float64 agreement, relative")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="time compiled steps (trainer.compile): speed only, no resume or float64 check",
+    )
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--peaks", type=float, nargs=2, metavar=("BF16", "FP32"), help=argparse.SUPPRESS)
     p.add_argument("--row", nargs=2, metavar=("METHOD", "PRECISION"), help=argparse.SUPPRESS)

@@ -115,3 +115,28 @@ def test_child_exits_read_as_rows(gpu_check):
     assert gpu_check.row_from_child(-9, "", "coca", "32-true")["status"] == "stopped by signal 9"
     assert gpu_check.row_from_child(130, "", "m", "p")["signal"] is True
     assert gpu_check.row_from_child(1, "", "m", "p")["status"] == "failed (exit code 1)"
+
+
+@pytest.mark.slow
+def test_compiled_rows_time_the_speed_alone(gpu_check, capsys, tmp_path, monkeypatch):
+    """``--compile``: the timed steps run with ``trainer.compile`` (the method's network is a
+    compiled module), FLOPs come from an eager step, and the row leaves out resume and float64."""
+    from selfcaps.methods.base import CapsuleMethod
+
+    compiled = []
+    original = CapsuleMethod.__init__
+
+    def spy(self, cfg):
+        original(self, cfg)
+        compiled.append(bool(cfg.trainer.compile))
+
+    monkeypatch.setattr(CapsuleMethod, "__init__", spy)
+    jsonl = tmp_path / "rows.jsonl"
+    argv = [*SMOKE, "--in-process", "--precisions", "32-true", "--methods", "poe", "--compile"]
+    assert gpu_check.main([*argv, "--jsonl", str(jsonl)]) == 0
+    assert compiled == [True, False]  # the timed steps, then the eager FLOP count
+    (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert row["compiled"] and row["finite"] and row["images_s"] > 0
+    assert row["resume"] is None and row["fp64"] is None and row["flops_per_image"] > 0
+    (line,) = _rows(capsys.readouterr().out)
+    assert line[2:5] == ["yes", "-", "-"] and "(compiled:" in " ".join(line)
