@@ -231,6 +231,16 @@ def _interleave(a: Tensor, b: Tensor, num_caps: int) -> Tensor:
     return both.view(B, -1, H, W)
 
 
+def _coefficient_inputs(source: str, a_master: Tensor, a_aide: Tensor) -> tuple[Tensor, Tensor]:
+    """The inputs of the ``m1`` and ``m2`` convolutions for a one-branch ``source`` (not ``v3``)."""
+    return {
+        "v1": (a_master, a_master),
+        "v2": (a_aide, a_aide),
+        "own": (a_master, a_aide),
+        "cross": (a_aide, a_master),
+    }[source]
+
+
 class MasterAideConv2d(nn.Module):
     r"""capConv: master and aide branches mixed by learned coefficients (paper eq. 6, Fig. 1c).
 
@@ -301,16 +311,10 @@ class MasterAideConv2d(nn.Module):
         self.out_act = _BnReluSquash(T, cout)
 
     def _coefficients(self, a_master: Tensor, a_aide: Tensor) -> tuple[Tensor, Tensor]:
-        src = self.coefficients
-        if src == "v3":
+        if self.coefficients == "v3":
             first = second = _interleave(a_master, a_aide, self.num_caps)
         else:
-            first, second = {
-                "v1": (a_master, a_master),
-                "v2": (a_aide, a_aide),
-                "own": (a_master, a_aide),
-                "cross": (a_aide, a_master),
-            }[src]
+            first, second = _coefficient_inputs(self.coefficients, a_master, a_aide)
         m1 = channels_last_conv(self.coef_master, first)
         return m1, channels_last_conv(self.coef_aide, second)
 
@@ -348,12 +352,7 @@ class MasterAideConv2d(nn.Module):
             first = second = both.view(B, 2 * C, H, W)
         else:
             a_master, a_aide = (both[:, :, i].reshape(B, C, H, W) for i in (0, 1))
-            first, second = {
-                "v1": (a_master, a_master),
-                "v2": (a_aide, a_aide),
-                "own": (a_master, a_aide),
-                "cross": (a_aide, a_master),
-            }[self.coefficients]
+            first, second = _coefficient_inputs(self.coefficients, a_master, a_aide)
         m = torch.stack([self.coef_master(first), self.coef_aide(second)], dim=2)  # (B, T, 2, H, W)
         return (m.unsqueeze(3) * both).sum(2).view(B, C, H, W)
 
