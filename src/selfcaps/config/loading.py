@@ -42,6 +42,7 @@ def read_yaml(
     expected: type = dict,
     error: type[Exception] = ConfigError,
     text: str | None = None,
+    allow_empty: bool = False,
 ) -> Any:
     """Parse a YAML file safely (``yaml.safe_load``: no Python object construction).
 
@@ -50,20 +51,25 @@ def read_yaml(
         expected: The type the top level must have (``dict``: a mapping, ``list``: a list).
         error: The exception class raised for bad YAML or a wrong top-level type.
         text: The file's text, if already read.
+        allow_empty: An empty file reads as an empty ``expected`` (else it is an error).
 
     Returns:
-        The parsed value (``None`` for an empty file).
+        The parsed value.
 
     Raises:
-        error: The file is not valid YAML, or its top level is not ``expected``; the message
-            names the file.
+        error: The file is not valid YAML, is empty (unless ``allow_empty``), or its top
+            level is not ``expected``; the message names the file.
     """
     try:
         data = yaml.safe_load(Path(path).read_text() if text is None else text)
     except yaml.YAMLError as e:
         raise error(f"{path}: not valid YAML ({e})") from None
-    if data is not None and not isinstance(data, expected):
-        kind = {dict: "mapping", list: "list"}.get(expected, expected.__name__)
+    kind = {dict: "mapping", list: "list"}.get(expected, expected.__name__)
+    if data is None:
+        if allow_empty:
+            return expected()
+        raise error(f"{path}: expected a YAML {kind}, got an empty file")
+    if not isinstance(data, expected):
         raise error(f"{path}: expected a YAML {kind}, got {type(data).__name__}")
     return data
 
@@ -74,7 +80,7 @@ def load_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
     Raises:
         ConfigError: The file is not valid YAML or not a mapping.
     """
-    return read_yaml(path, dict, ConfigError, text) or {}
+    return read_yaml(path, dict, ConfigError, text, allow_empty=True)
 
 
 def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:

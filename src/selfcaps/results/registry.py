@@ -441,8 +441,6 @@ def load_registry(path: Path | str = DEFAULT_REGISTRY) -> list[Row]:
     if not path.is_file():
         raise RegistryError(f"{path}: no results registry here (run from the repository root)")
     raw = read_yaml(path, list, RegistryError)
-    if raw is None:
-        raise RegistryError(f"{path}: expected a YAML list of rows, got an empty file")
     memo: dict[Any, str] = {}
     rows = [_row(f"{path}: row {i}", r, memo) for i, r in enumerate(raw)]
     seen: set[str] = set()

@@ -128,10 +128,7 @@ def run_config(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return {}
-    cfg = read_yaml(path, dict, CheckpointError)
-    if cfg is None:
-        raise CheckpointError(f"{path}: expected a YAML mapping, got an empty file")
-    return cfg
+    return read_yaml(path, dict, CheckpointError)
 
 
 def load_run(run_dir: Path | str, checkpoint: str = "best", method: str | None = None) -> LoadedRun:
