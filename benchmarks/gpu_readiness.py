@@ -52,6 +52,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +144,29 @@ def data_ms(loader: Any, batches: int) -> float:
     return statistics.median(times[1:] or times)
 
 
+def _fresh_dynamo(what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()`` between two ``torch._dynamo.reset()``; ``None`` (with a message) if it raises."""
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    try:
+        return fn()
+    except Exception as e:
+        print(f"  {what} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    finally:
+        dynamo.reset()
+
+
 def graph_breaks(method: Any, dm: Any) -> int | None:
     """Graph breaks of ``compute_loss`` on one augmented training batch (``None``: it failed)."""
     import torch._dynamo as dynamo
 
     batch = augmented_batch(dm)
-    dynamo.reset()
-    try:
-        explained = dynamo.explain(method.compute_loss)(batch)
-    except Exception as e:
-        print(f"  graph breaks: explain failed: {type(e).__name__}: {e}", file=sys.stderr)
-        return None
-    finally:
-        dynamo.reset()
-    return int(explained.graph_break_count)
+    explained = _fresh_dynamo(
+        "graph breaks: explain", lambda: dynamo.explain(method.compute_loss)(batch)
+    )
+    return None if explained is None else int(explained.graph_break_count)
 
 
 #: A generated kernel's call (inductor: ``cpp_fused_*`` on a CPU, ``triton_*`` on a GPU).
@@ -199,7 +209,6 @@ def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
     its own update, so a loss-and-backward step is not its step), when compilation fails, or
     when inductor's output has no kernel this parser recognises (a format it does not know).
     """
-    import torch._dynamo as dynamo
     from torch._inductor.utils import run_and_get_code
 
     if not getattr(method, "automatic_optimization", True):
@@ -213,15 +222,13 @@ def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
         loss.backward()
         return loss.detach()
 
-    dynamo.reset()
-    try:
-        _, codes = run_and_get_code(torch.compile(step), batch)
-    except Exception as e:
-        print(f"  compiled kernels: compile failed: {type(e).__name__}: {e}", file=sys.stderr)
+    compiled = _fresh_dynamo(
+        "compiled kernels: compile", lambda: run_and_get_code(torch.compile(step), batch)
+    )
+    method.zero_grad(set_to_none=True)
+    if compiled is None:
         return None
-    finally:
-        dynamo.reset()
-        method.zero_grad(set_to_none=True)
+    codes = compiled[1]
     counts = [count_kernels(code) for code in codes]
     fused, library = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if fused + library == 0:
