@@ -186,29 +186,39 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
 
 
 def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """One row: speed, share of the peak, exact resume, float64 agreement."""
-    device = "cuda" if args.accelerator != "cpu" else "cpu"
+    """One row: speed, share of the peak, exact resume, float64 agreement (``--compile``: the
+    speed and share alone)."""
     t0 = time.perf_counter()
     row: dict[str, Any] = {"method": name, "precision": precision}
     row.update(timed_steps(name, precision, args))
     row["share"] = row["images_s"] * row["flops_per_image"] / args.peaks[precision]
-    if args.compile:  # speed alone (module docstring)
-        extra = {"compiled": True, "resume": None, "fp64": None}
-        return row | extra | {"seconds": time.perf_counter() - t0}
+    if args.compile:  # module docstring
+        row.update(compiled=True, resume=None, fp64=None)
+    else:
+        row.update(resume_and_float64(name, precision, args, root))
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def resume_and_float64(
+    name: str, precision: str, args: argparse.Namespace, root: Path
+) -> dict[str, Any]:
+    """A row's resume check and float64 agreement (and what stopped a run, if a signal did)."""
     shared = method_args(name, precision, args)
     full, split = root / f"{name}-{precision}-full", root / f"{name}-{precision}-split"
     half = max(1, args.resume_steps // 2)
     codes = [pretrain(name, full, args.resume_steps, shared)]
     codes.append(pretrain(name, split, half, shared))
     codes.append(pretrain(name, split, args.resume_steps, shared, resume=True))
+    out: dict[str, Any] = {}
     stopped = [SIGNAL_EXITS[c] for c in codes if c in SIGNAL_EXITS]
     if stopped:
-        row["stopped_by"] = stopped[0]
+        out["stopped_by"] = stopped[0]
     ok = all(c == 0 for c in codes)
-    row["resume"] = largest_difference(full, split) if ok else math.nan
-    row["fp64"] = float64_agreement(full, device) if codes[0] == 0 else math.nan
-    row["seconds"] = time.perf_counter() - t0
-    return row
+    out["resume"] = largest_difference(full, split) if ok else math.nan
+    device = "cuda" if args.accelerator != "cpu" else "cpu"
+    out["fp64"] = float64_agreement(full, device) if codes[0] == 0 else math.nan
+    return out
 
 
 def row_ok(row: dict[str, Any], tolerance: float) -> bool:
