@@ -117,6 +117,7 @@ HASH_OMITTED_AT = {
     "cd.orthogonal_encoder": False,
     "trainer.compile_mode": None,
     "trainer.vote_precision": "float32",
+    "trainer.tf32": None,
 }
 #: Keys hashed at one value whatever they are set to: they change neither the arithmetic nor
 #: the random draws, and rows were measured with this value. Loader workers: every item is

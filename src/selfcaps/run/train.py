@@ -347,7 +347,8 @@ def train_run(spec: RunSpec, made: list[Path] | None = None) -> RunResult:
     directory is created only once the data is loaded and the network takes it; the
     directories created are appended to ``made`` (for
     :func:`~selfcaps.run.rundir.remove_if_empty`). SIGTERM and SIGINT are handled while it
-    runs (:mod:`selfcaps.engine.stopping`).
+    runs (:mod:`selfcaps.engine.stopping`), and ``trainer.tf32`` applies to all of it
+    (:func:`~selfcaps.engine.tf32.tf32`).
 
     Returns:
         The run's directory and metrics; ``exit_code`` 0, or ``128 + signal number`` when a
@@ -359,8 +360,11 @@ def train_run(spec: RunSpec, made: list[Path] | None = None) -> RunResult:
     stop = StopSignals()
     stop.hint = f"{resume_command(spec.method, out, spec.command)} continues it"
     stop.install()
+    from selfcaps.engine.tf32 import tf32
+
     try:
-        return _train(spec, made, stop, cfg, out, ckpt, root_source)
+        with tf32(cfg.trainer.get("tf32")):  # the whole run, training and evaluation
+            return _train(spec, made, stop, cfg, out, ckpt, root_source)
     finally:
         stop.restore()
 
@@ -453,14 +457,24 @@ def fit(
 
 
 def run_provenance(commit: str, method: CapsuleMethod, world: int, threads: Any) -> dict[str, Any]:
-    """What ran the run: versions, git commit, device, processes, threads and the machine."""
+    """What ran the run: versions, git commit, device, processes, threads and the machine.
+
+    On a CUDA device also the GPU's name (``gpu``) and whether its float32 convolutions and
+    matrix products could use TF32 (``tf32``, :func:`~selfcaps.engine.tf32.tf32_state`);
+    both ``None`` elsewhere.
+    """
     import torch
 
+    from selfcaps.engine.tf32 import tf32_state
+
+    cuda = method.device.type == "cuda"
     return {
         "selfcaps_version": __version__,
         "git_commit": commit,
         "torch_version": torch.__version__,
         "device": str(method.device),
+        "gpu": torch.cuda.get_device_name(method.device) if cuda else None,
+        "tf32": tf32_state() if cuda else None,
         "world_size": int(world),
         "threads": threads,
         **machine(),

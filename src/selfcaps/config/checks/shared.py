@@ -104,6 +104,12 @@ def check(cfg: Any) -> None:
         lambda v: v in ("float32", "bf16"),
         "'float32' or 'bf16' (vote products from bfloat16 inputs, float32 accumulation)",
     )
+    check_key(
+        cfg,
+        "trainer.tf32",
+        lambda v: v is None or isinstance(v, bool),
+        "null (PyTorch's defaults), true or false (TF32 for float32 on NVIDIA GPUs)",
+    )
     check_key(cfg, "monitor.knn_every_n_epochs", lambda v: v >= 0, "a number of epochs >= 0")
     check_key(cfg, "monitor.bank_size", _optional_positive, "null or a number of images >= 1")
     for section in ("monitor", "eval"):
