@@ -10,13 +10,16 @@ leaves every finished row. For the ``paper`` preset of each method and each prec
    loading and the batch transform included): images/s from the median step, peak device
    memory, and whether every step was finite (the method's own non-finite guard);
 2. **share of peak**: matmul/conv FLOPs of one step (``selfcaps.eval.profile.flop_counter``)
-   x steps/s, against a square GEMM of that precision measured in the same run;
+   x steps/s, against square GEMMs measured in the same run at the precision each kind of op
+   ran in: ``bf16-mixed`` at the bfloat16 peak; ``32-true`` convolutions at the TF32 peak
+   where cuDNN may use TF32 (PyTorch's default, recorded per row as ``tf32``), else at the
+   IEEE float32 peak, and matrix products at the IEEE float32 peak (PyTorch's default);
 3. **resume**: ``selfcaps pretrain --deterministic --no-figures`` for ``--resume-steps``, and
    again for half of them then ``--resume`` to the end: the weights, buffers and counters of
    both ``last.ckpt`` must be equal bit for bit (the largest difference is shown otherwise);
 4. **float64**: the trained network's features of 4 validation images on the device in float32
    against the same network on the CPU in float64 (largest difference relative to the
-   largest value; TF32 off).
+   largest value; TF32 off for convolutions and matrix products alike).
 
 A child that a signal stops (an outer ``timeout``, a scheduler) ends the whole check with the
 rows it has (exit code 1); so does a signal to the check itself. PoE trains in three stages of
@@ -78,10 +81,13 @@ from _method_steps import (
 from selfcaps.cli import main as selfcaps
 from selfcaps.config.loading import load_config, load_yaml
 from selfcaps.engine.checkpoints import load_checkpoint
-from selfcaps.eval.profile import flop_counter
+from selfcaps.engine.tf32 import tf32, tf32_state
+from selfcaps.eval.profile import flop_counter, flops_by_kind
 from selfcaps.methods.base import NonFiniteError
 
-PRECISIONS = {"bf16-mixed": torch.bfloat16, "32-true": torch.float32}
+PRECISIONS = ("bf16-mixed", "32-true")
+#: The GEMM peaks each check measures: bfloat16, IEEE float32, float32 with TF32 allowed.
+PEAKS = ("bf16", "fp32", "tf32")
 
 TINY_DATA = [
     "--data",
@@ -152,7 +158,7 @@ def float64_agreement(run: Path, device: str) -> float:
     x = torch.stack([dm.eval_transform(val[i][0]) for i in range(min(4, len(val)))])
     ref = copy.deepcopy(method).double().eval()
     method = method.to(device).eval()
-    with torch.no_grad():
+    with torch.no_grad(), tf32(False):
         got = method.features(x.to(device))
         want = ref.features(x.double())
     worst = 0.0
@@ -173,7 +179,8 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
     try:
         timer = fit_steps(method, dm, args.warmup + args.steps, precision, [], args.accelerator)
     except NonFiniteError:
-        return {"finite": False, "images_s": math.nan, "flops_per_image": math.nan}
+        nan = {"flops_per_image": math.nan, "conv_flops_per_image": math.nan}
+        return {"finite": False, "images_s": math.nan, **nan, "tf32": tf32_state()}
     step = timer.median("loop_wall", skip=args.warmup)
     row = {"finite": True, "images_s": batch / step, "step_ms": 1000 * step}
     row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else math.nan
@@ -182,7 +189,23 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
     with flop_counter() as fc:
         fit_steps(method, dm, 1, precision, accelerator=args.accelerator)
     row["flops_per_image"] = fc.get_total_flops() / batch
+    row["conv_flops_per_image"] = flops_by_kind(fc)["conv"] / batch
+    row["tf32"] = tf32_state()  # what the timed steps ran under
     return row
+
+
+def share_of_peak(row: dict[str, Any], precision: str, peaks: dict[str, float]) -> float:
+    """Images/s x the seconds an image's FLOPs take at the peaks of the precision each kind of
+    op ran in (module docstring): the step's share of what the card's GEMMs reach."""
+    if precision == "bf16-mixed":
+        conv_peak = matmul_peak = peaks["bf16"]
+    else:
+        flags = row.get("tf32") or {}
+        conv_peak = peaks["tf32" if flags.get("conv") else "fp32"]
+        matmul_peak = peaks["tf32" if flags.get("matmul") else "fp32"]
+    conv = row["conv_flops_per_image"]
+    seconds = conv / conv_peak + (row["flops_per_image"] - conv) / matmul_peak
+    return row["images_s"] * seconds
 
 
 def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -191,7 +214,7 @@ def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -
     t0 = time.perf_counter()
     row: dict[str, Any] = {"method": name, "precision": precision}
     row.update(timed_steps(name, precision, args))
-    row["share"] = row["images_s"] * row["flops_per_image"] / args.peaks[precision]
+    row["share"] = share_of_peak(row, precision, args.peaks)
     if args.compile:  # module docstring
         row.update(compiled=True, resume=None, fp64=None)
     else:
@@ -301,18 +324,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time compiled steps (trainer.compile): speed only, no resume or float64 check",
     )
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
-    p.add_argument("--peaks", type=float, nargs=2, metavar=("BF16", "FP32"), help=argparse.SUPPRESS)
+    p.add_argument("--peaks", type=float, nargs=3, metavar=PEAKS, help=argparse.SUPPRESS)
     p.add_argument("--row", nargs=2, metavar=("METHOD", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peaks:
-        args.peaks = dict(zip(PRECISIONS, args.peaks, strict=True))
+        args.peaks = dict(zip(PEAKS, args.peaks, strict=True))
     return args
 
 
 def child_argv(argv: list[str], peaks: dict[str, float], out: Path) -> list[str]:
     """The parent's arguments for a child row: its own peaks and run folder."""
     keep = [a for a in argv if a != "--in-process"]
-    return [*keep, "--peaks", *(str(peaks[k]) for k in PRECISIONS), "--out", str(out)]
+    return [*keep, "--peaks", *(str(peaks[k]) for k in PEAKS), "--out", str(out)]
+
+
+def measure_peaks(n: int, device: str) -> dict[str, float]:
+    """FLOP/s of an ``n``^3 GEMM in bfloat16, in IEEE float32 and in float32 with TF32 allowed
+    (on a CPU, where the TF32 flags act on nothing, the last two measure the same product)."""
+    peaks = {"bf16": gemm_peak_flops(n, 3, torch.bfloat16, device)}
+    for key, allow in (("fp32", False), ("tf32", True)):
+        with tf32(allow):
+            peaks[key] = gemm_peak_flops(n, 3, torch.float32, device)
+    return peaks
 
 
 class _StopSignalError(Exception):
@@ -340,12 +373,15 @@ def main(argv: list[str] | None = None) -> int:
 def _check(args: argparse.Namespace, argv: list[str], cuda: bool) -> int:
     device = "cuda" if cuda else "cpu"
     n = 4096 if cuda else 256
-    args.peaks = {k: gemm_peak_flops(n, 3, dt, device) for k, dt in PRECISIONS.items()}
+    args.peaks = measure_peaks(n, device)
     name = torch.cuda.get_device_name() if cuda else f"CPU ({args.threads} thread(s))"
+    flags = tf32_state()
     print(
-        f"{name}: {n}^3 GEMM peak bf16 {args.peaks['bf16-mixed'] / 1e12:.3f} TFLOP/s, fp32 "
-        f"{args.peaks['32-true'] / 1e12:.3f} TFLOP/s; {args.steps} timed steps per row, "
-        f"budget {args.budget_s:g} s, {args.method_cap_s:g} s a row",
+        f"{name}: {n}^3 GEMM peak TFLOP/s bf16 {args.peaks['bf16'] / 1e12:.3f}, fp32 "
+        f"{args.peaks['fp32'] / 1e12:.3f}, tf32 {args.peaks['tf32'] / 1e12:.3f}; float32 "
+        f"convolutions in TF32: {flags['conv']}, matrix products: {flags['matmul']}; "
+        f"{args.steps} timed steps per row, budget {args.budget_s:g} s, "
+        f"{args.method_cap_s:g} s a row",
         flush=True,
     )
     print(HEADER, flush=True)

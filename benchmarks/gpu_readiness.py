@@ -17,7 +17,8 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   parameters for its batch transform), on the main process (one core); the projection
   divides it by the loader workers a GPU run takes
   (``data.num_workers: null`` resolves to one per core but one, at most 8: ``--gpu-workers``);
-* **training FLOPs per image** (forward and backward matrix products and convolutions,
+* **training FLOPs per image** (forward and backward matrix products and convolutions, the
+  convolutions' part apart: :func:`selfcaps.eval.profile.flops_by_kind`;
   :func:`selfcaps.eval.profile.flop_counter`: ``torch.utils.flop_counter`` with the backward
   of grouped convolutions counted per group, which torch's own formula counts ``groups``
   times too high for the input gradient);
@@ -32,9 +33,13 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
   adds the eager augment and optimiser ops (compilation takes minutes per method; PoE,
   which makes its own updates inside ``compute_loss``, is not counted);
 * **projected images/s** on a GPU: ``batch / t`` with
-  ``t = max(ops x launch + syncs x sync, FLOPs per step / peak, data / workers)``, where
-  ``launch`` (default 19 µs a launch) and ``peak`` (default 49 TFLOP/s, float32) are the
-  values a ``paper`` CoCa step measured on an H200 calibrates (docs/benchmarks.md), and
+  ``t = max(ops x launch + syncs x sync, conv FLOPs / conv peak + other FLOPs / peak,
+  data / workers)`` per step, where ``launch`` (default 19 µs a launch) and ``peak``
+  (default 49 TFLOP/s, float32) are the values a ``paper`` CoCa step measured on an H200
+  calibrates (docs/benchmarks.md), ``conv peak`` (``--conv-peak-tflops``, default the same
+  ``peak``) is that of float32 convolutions, which PyTorch lets cuDNN run in TF32 on such a
+  GPU by default (so the default is a lower bound there: ``gpu_check.py`` measures the TF32
+  GEMM peak), and
   ``sync`` (default 20 µs) is the round trip an idle queue costs. It cannot see kernel
   durations of element-wise ops, memory bandwidth, fusion by ``torch.compile``, the
   allocator, host-to-device copies or small-matrix efficiency: it is a ceiling set by the
@@ -63,7 +68,7 @@ from torch import Tensor
 from _method_steps import METHODS, build_method, fit_steps, paper_copy, quiet_lightning
 from selfcaps.caps.chunking import sized_for
 from selfcaps.eval.dispatch import DispatchTally
-from selfcaps.eval.profile import flop_counter
+from selfcaps.eval.profile import flop_counter, flops_by_kind
 
 #: The projection's defaults (docs/benchmarks.md says where they come from).
 LAUNCH_US = 19.0
@@ -254,6 +259,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with flop_counter() as fc, sized_for("accelerator"):
         fit_steps(method, dm, 1)
     flops = fc.get_total_flops() / batch
+    conv_flops = flops_by_kind(fc)["conv"] / batch
     ms = data_ms(grab.loader, args.data_batches)
     workers = max(args.gpu_workers, 1) if dm.cfg.data.get("num_workers") is None else 1
     with sized_for(args.sizing):
@@ -271,6 +277,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "data_ms_per_batch": round(ms, 2),
         "data_workers": workers,
         "flops_per_image": flops,
+        "conv_flops_per_image": conv_flops,
         "graph_breaks": breaks,
         "compiled_kernels": kernels,
     }
@@ -286,11 +293,15 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def projection(row: dict[str, Any], args: argparse.Namespace) -> tuple[float, str]:
     """Projected images/s on a GPU and what bounds it (module docstring): the slowest of
-    launches (ops x launch + syncs x sync), matrix work at the peak, and data per worker."""
+    launches (ops x launch + syncs x sync), matrix work at the peaks (convolutions at the
+    conv peak, the rest at the peak), and data per worker."""
+    conv = row.get("conv_flops_per_image", 0.0)
+    conv_peak = args.conv_peak_tflops or args.peak_tflops
+    per_image = conv / conv_peak + (row["flops_per_image"] - conv) / args.peak_tflops
     times = {
         "launches": (row["ops_per_step"] * args.launch_us + row["syncs_per_step"] * args.sync_us)
         * 1e-6,
-        "compute": row["flops_per_image"] * row["batch_size"] / (args.peak_tflops * 1e12),
+        "compute": per_image * row["batch_size"] / 1e12,
         "data": row["data_ms_per_batch"] / 1000 / max(row.get("data_workers", 1), 1),
     }
     bound = max(times, key=times.__getitem__)
@@ -317,7 +328,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     lines.append(
         f"(projection: launch {args.launch_us:g} us, sync {args.sync_us:g} us, peak "
-        f"{args.peak_tflops:g} TFLOP/s; ops and syncs exclude the load phase)"
+        f"{args.peak_tflops:g} TFLOP/s, convolutions "
+        f"{args.conv_peak_tflops or args.peak_tflops:g} TFLOP/s; "
+        "ops and syncs exclude the load phase)"
     )
     for r in rows:
         k = r.get("compiled_kernels")
@@ -354,6 +367,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--launch-us", type=float, default=LAUNCH_US)
     p.add_argument("--sync-us", type=float, default=SYNC_US)
     p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
+    p.add_argument(
+        "--conv-peak-tflops",
+        type=float,
+        help="peak of float32 convolutions (default: --peak-tflops; TF32 on a GPU: higher)",
+    )
     p.add_argument("--gpu-workers", type=int, default=8, help="loader workers on the GPU machine")
     p.add_argument("--no-compile-check", action="store_true", help="skip the graph-break count")
     p.add_argument(

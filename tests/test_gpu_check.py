@@ -65,6 +65,10 @@ def test_all_five_methods_end_to_end_on_the_cpu(gpu_check, capsys, tmp_path):
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [x["method"] for x in lines] == ["coca", "sparsecaps", "mcae", "encapnet", "poe"]
     assert all(x["images_s"] > 0 and x["resume"] == 0.0 for x in lines)
+    for x in lines:  # every network convolves; CoCa's capsule votes are matrix products
+        assert 0 < x["conv_flops_per_image"] <= x["flops_per_image"]
+        assert (x["conv_flops_per_image"] < x["flops_per_image"]) or x["method"] != "coca", x
+        assert set(x["tf32"]) == {"conv", "matmul"}
 
 
 @pytest.mark.slow
@@ -140,3 +144,54 @@ def test_compiled_rows_time_the_speed_alone(gpu_check, capsys, tmp_path, monkeyp
     assert row["resume"] is None and row["fp64"] is None and row["flops_per_image"] > 0
     (line,) = _rows(capsys.readouterr().out)
     assert line[2:5] == ["yes", "-", "-"] and "(compiled:" in " ".join(line)
+
+
+def test_share_counts_each_kind_of_op_at_the_peak_of_its_precision(gpu_check):
+    """By hand: 300 conv and 100 matrix-product FLOPs an image at 10 images/s."""
+    peaks = {"bf16": 4000.0, "fp32": 1000.0, "tf32": 2000.0}
+    row = {"images_s": 10.0, "flops_per_image": 400.0, "conv_flops_per_image": 300.0}
+    defaults = row | {"tf32": {"conv": True, "matmul": False}}  # PyTorch's defaults
+    assert gpu_check.share_of_peak(defaults, "32-true", peaks) == pytest.approx(10 * (0.15 + 0.1))
+    ieee = row | {"tf32": {"conv": False, "matmul": False}}
+    assert gpu_check.share_of_peak(ieee, "32-true", peaks) == pytest.approx(10 * 0.4)
+    both = row | {"tf32": {"conv": True, "matmul": True}}
+    assert gpu_check.share_of_peak(both, "32-true", peaks) == pytest.approx(10 * 0.2)
+    assert gpu_check.share_of_peak(defaults, "bf16-mixed", peaks) == pytest.approx(10 * 0.1)
+
+
+def test_peaks_reach_a_child_in_order(gpu_check, tmp_path):
+    peaks = {"bf16": 3.0, "fp32": 1.0, "tf32": 2.0}
+    argv = gpu_check.child_argv(["--accelerator", "cpu"], peaks, tmp_path)
+    assert gpu_check.parse_args(argv).peaks == peaks
+
+
+def test_the_float64_check_runs_the_device_network_with_tf32_off(gpu_check, monkeypatch):
+    """The device's float32 features are computed with TF32 off for convolutions and matrix
+    products (PyTorch's default lets cuDNN use TF32), and the flags come back after."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from selfcaps.engine.tf32 import tf32_state
+
+    seen = []
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def features(self, x):
+            seen.append((x.dtype, tf32_state()))
+            return {"z": self.lin(x)}
+
+    net = Tiny()
+    dm = SimpleNamespace(split=lambda name: [(torch.ones(3),)] * 5, eval_transform=lambda x: x)
+    monkeypatch.setattr(gpu_check, "load_yaml", lambda path: {})
+    monkeypatch.setattr(gpu_check, "method_from_config", lambda cfg: (net, dm))
+    monkeypatch.setattr(gpu_check, "load_checkpoint", lambda p: {"state_dict": net.state_dict()})
+    before = tf32_state()
+    assert gpu_check.float64_agreement(Path("run"), "cpu") < 1e-6
+    off = {"conv": False, "matmul": False}
+    assert seen == [(torch.float32, off), (torch.float64, off)]  # the CPU's: flags act on nothing
+    assert tf32_state() == before

@@ -87,6 +87,12 @@ def test_table_and_projection_arithmetic(readiness):
     # 100 ops x 10 us + 1 sync x 100 us = 1.1 ms; compute 4e6 / 1e12 s; data 0.5 ms
     assert readiness.projection(row, args) == (pytest.approx(4 / 1.1e-3), "launches")
     assert "x" in readiness.table([row], args)
+    # matrix work: 3e9 conv + 1e9 other FLOPs an image; 4 images at 1 and 10 TFLOP/s
+    row |= {"flops_per_image": 4e9, "conv_flops_per_image": 3e9}
+    assert readiness.projection(row, args) == (pytest.approx(4 / 16e-3), "compute")
+    args = readiness.parse_args(["--peak-tflops", "1", "--conv-peak-tflops", "10"])
+    assert readiness.projection(row, args) == (pytest.approx(4 / 5.2e-3), "compute")
+    assert "convolutions 10 TFLOP/s" in readiness.table([row], args)
 
 
 @pytest.mark.slow

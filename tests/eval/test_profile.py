@@ -85,3 +85,20 @@ def test_breakdown_through_an_uncalled_module_list():
     by_name = {m["name"].split(".", 1)[-1]: m["flops"] for m in prof["modules"]}
     assert by_name == {"blocks.0": 2 * 8 * 8, "blocks.1": 2 * 8 * 4}  # Stack itself owns 0
     assert sum(m["share"] for m in prof["modules"]) == pytest.approx(100.0)
+
+
+def test_flops_by_kind_splits_a_training_step_by_hand():
+    """Forward and backward of a grouped convolution and a batched product, counted by hand."""
+    from selfcaps.eval.profile import flop_counter, flops_by_kind
+
+    conv = nn.Conv2d(4, 6, 3, padding=1, groups=2, bias=False)
+    w = torch.randn(3, 6 * 5 * 5, 7, requires_grad=True)
+    x = torch.randn(3, 4, 5, 5, requires_grad=True)
+    with flop_counter() as fc:
+        h = conv(x).flatten(1).unsqueeze(1)  # (3, 1, 150)
+        torch.bmm(h, w).sum().backward()
+    conv_fwd = 2 * (6 * 5 * 5) * (2 * 3 * 3) * 3  # outputs x multiply-adds per output x batch
+    bmm_fwd = 2 * 3 * 1 * 150 * 7
+    # backward: the convolution's input and weight gradients, the product's two gradients
+    assert flops_by_kind(fc) == {"conv": 3 * conv_fwd, "matmul": 3 * bmm_fwd}
+    assert sum(flops_by_kind(fc).values()) == fc.get_total_flops()

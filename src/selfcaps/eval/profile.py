@@ -42,6 +42,7 @@ __all__ = [
     "count_flops",
     "count_parameters",
     "flop_counter",
+    "flops_by_kind",
     "format_profile",
     "profile_model",
 ]
@@ -92,6 +93,26 @@ def flop_counter() -> FlopCounterMode:
     return FlopCounterMode(
         display=False, custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flop}
     )
+
+
+def flops_by_kind(counter: FlopCounterMode) -> dict[str, int]:
+    """A counter's FLOPs split into convolutions and matrix products.
+
+    ``conv``: convolutions, forward and backward; ``matmul``: the rest (``mm``, ``bmm``,
+    ``addmm``, attention, ...). The two can run at different peaks: on an NVIDIA GPU PyTorch
+    lets cuDNN run float32 convolutions in TF32 by default but not cuBLAS's matrix products
+    (:mod:`selfcaps.engine.tf32`).
+
+    Examples:
+        >>> conv, fc = nn.Conv2d(2, 4, 3, bias=False), nn.Linear(4, 3, bias=False)
+        >>> with flop_counter() as counter:
+        ...     _ = fc(conv(torch.ones(1, 2, 3, 3)).flatten(1))
+        >>> flops_by_kind(counter)  # 2 x 4 outputs x 18 multiply-adds; 2 x 3 x 4
+        {'conv': 144, 'matmul': 24}
+    """
+    ops = counter.get_flop_counts().get("Global", {})
+    conv = sum(n for op, n in ops.items() if "conv" in str(op))
+    return {"conv": int(conv), "matmul": int(sum(ops.values()) - conv)}
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
