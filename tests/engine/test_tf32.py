@@ -81,7 +81,7 @@ def test_a_run_trains_and_evaluates_under_its_setting_and_restores_the_flags(tmp
     assert seen == {"fit": (False, False), "finish": (False, False)}
     assert _flags() == (True, False)
     recorded = json.loads((out / "metrics.json").read_text())
-    assert recorded["tf32"] is None  # a CPU run: the flags do not act on it
+    assert "tf32_conv" not in recorded  # a CPU run: the flags do not act on it
 
 
 def test_a_cuda_run_records_its_gpu_and_tf32_flags(monkeypatch):
@@ -91,7 +91,12 @@ def test_a_cuda_run_records_its_gpu_and_tf32_flags(monkeypatch):
         ran_on = run_module.run_provenance("abc", method, 1, 8)
     assert ran_on["device"] == "cuda:0"
     assert ran_on["gpu"] == "NVIDIA H200 (cuda:0)"
-    assert ran_on["tf32"] == {"conv": True, "matmul": True}
+    assert (ran_on["tf32_conv"], ran_on["tf32_matmul"]) == (True, True)
+    assert all(isinstance(v, int | float | str) for v in ran_on.values())  # metrics.json is flat
+    torch.backends.cudnn.allow_tf32 = False
+    monkeypatch.setattr(tf32_module, "_read", lambda flag: None if flag == "matmul" else False)
+    ran_on = run_module.run_provenance("abc", method, 1, 8)
+    assert (ran_on["tf32_conv"], ran_on["tf32_matmul"]) == (False, "unknown")
 
 
 def test_a_bad_value_is_refused_before_training(tmp_path, capsys):

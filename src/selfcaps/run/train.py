@@ -460,21 +460,25 @@ def run_provenance(commit: str, method: CapsuleMethod, world: int, threads: Any)
     """What ran the run: versions, git commit, device, processes, threads and the machine.
 
     On a CUDA device also the GPU's name (``gpu``) and whether its float32 convolutions and
-    matrix products could use TF32 (``tf32``, :func:`~selfcaps.engine.tf32.tf32_state`);
-    both ``None`` elsewhere.
+    matrix products could use TF32 (``tf32_conv``, ``tf32_matmul``:
+    :func:`~selfcaps.engine.tf32.tf32_state`, ``"unknown"`` where PyTorch cannot tell);
+    ``metrics.json`` stays flat, so a CPU run has none of the three.
     """
     import torch
 
     from selfcaps.engine.tf32 import tf32_state
 
-    cuda = method.device.type == "cuda"
+    gpu: dict[str, Any] = {}
+    if method.device.type == "cuda":
+        gpu["gpu"] = torch.cuda.get_device_name(method.device)
+        for kind, allowed in tf32_state().items():
+            gpu[f"tf32_{kind}"] = "unknown" if allowed is None else allowed
     return {
         "selfcaps_version": __version__,
         "git_commit": commit,
         "torch_version": torch.__version__,
         "device": str(method.device),
-        "gpu": torch.cuda.get_device_name(method.device) if cuda else None,
-        "tf32": tf32_state() if cuda else None,
+        **gpu,
         "world_size": int(world),
         "threads": threads,
         **machine(),
