@@ -171,6 +171,9 @@ def test_a_row_may_name_its_cpu_and_the_table_shows_it(tmp_path):
     assert first.startswith("<li><code>x.claim</code>") and "2 cores, 1 thread per run" in first
     assert second.startswith("<li><code>y</code>")
     assert "2 cores (Xeon X (AVX512)), 1 thread per run" in second
+    gpu = _row(id="z", cpu="Xeon X", gpu="NVIDIA H200 <TF32 off>")
+    (line,) = render_table(load_registry(_write(tmp_path, [gpu]))).splitlines()[-3:-2]
+    assert "2 cores (Xeon X), GPU NVIDIA H200 &lt;TF32 off&gt;, 1 thread per run" in line
 
 
 def test_report_check_fails_on_an_outdated_page_and_fixes_it(tmp_path, capsys):

@@ -42,6 +42,9 @@ Row fields (YAML mapping; ``kind`` decides which arms it has):
 ``cpu``             optional: the CPU's model and instruction set, as a run's ``metrics.json``
                     records them (``cpu``, ``cpu_capability``); the same command gives other
                     per-seed numbers on a CPU with other kernels (docs/results.md)
+``gpu``             optional: the GPU the runs trained on, as ``metrics.json`` names it
+                    (``gpu``), with their TF32 flags where they were not PyTorch's
+                    defaults (``tf32_conv``, ``tf32_matmul``); absent for a CPU row
 ``stale``           null, or why the row no longer matches its preset (shown with it)
 ``note``            optional short note shown with the row
 ``units``           optional: how many independent units the seeds are for the claim
@@ -129,7 +132,7 @@ _REQUIRED = (
     "config_hash", "command", "commit", "date", "cores", "threads",
 )  # fmt: skip
 _OPTIONAL = ("comparison", "higher_is_better", "treatment", "control", "arm", "paper", "stale",
-             "note", "cpu", "units", "no_difference", "equivalence_margin", "faithful",
+             "note", "cpu", "gpu", "units", "no_difference", "equivalence_margin", "faithful",
              "paper_dataset", "departure", "budget_images")  # fmt: skip
 #: Fields that put a row forward for the README's claims table (each needs ``budget_images``).
 ROLE_FIELDS = ("faithful", "paper_dataset", "departure")
@@ -183,6 +186,7 @@ class Row:
     stale: str | None = None
     note: str | None = None
     cpu: str | None = None
+    gpu: str | None = None
     units: int | None = None
     no_difference: bool = False
     equivalence_margin: float | None = None
@@ -420,6 +424,7 @@ def _row(where: str, raw: Any, memo: dict[Any, str]) -> Row:
         stale=raw.get("stale"),
         note=raw.get("note"),
         cpu=None if raw.get("cpu") is None else str(raw["cpu"]),
+        gpu=None if raw.get("gpu") is None else str(raw["gpu"]),
         **_role_fields(where, raw, len(seeds)),
         hash_memo=memo,
     )

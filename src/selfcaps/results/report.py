@@ -308,6 +308,7 @@ def provenance(rows: Sequence[Row]) -> list[str]:
             )
         paper = f"; paper: {r.paper}" if r.paper else ""
         cpu = f" ({r.cpu})" if r.cpu else ""
+        cpu += f", GPU {r.gpu}" if r.gpu else ""
         text = (
             f"{_code(r.id)}: {_code(r.command)} (S = seeds {seeds}{html.escape(per_arm)}); "
             f"preset {presets}; commit {_code(r.commit)}, {r.date}, {r.cores} cores"
