@@ -1,0 +1,106 @@
+"""``benchmarks/gpu_bundle.py``: what a GPU check carries, read back by the loaders."""
+
+import gzip
+import importlib.metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from selfcaps.data.cifar import CIFAR10, CIFAR10_CLASSES
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bundle(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("SELFCAPS_CACHE", str(tmp_path / "cache"))
+    import gpu_bundle
+
+    return gpu_bundle
+
+
+def _data_root(root: Path, train: int = 3, test: int = 2) -> Path:
+    """MNIST's four files (two plain, two gzipped) and a CIFAR-10 PNG tree, class k's pixels k."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for i, name in enumerate(("train-images-idx3-ubyte", "train-labels-idx1-ubyte")):
+        (raw / name).write_bytes(bytes([i]) * 100)
+    for i, name in enumerate(("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")):
+        with gzip.open(raw / f"{name}.gz", "wb") as f:
+            f.write(bytes([7 + i]) * 50)
+    for split, n in (("train", train), ("test", test)):
+        for k, name in enumerate(CIFAR10_CLASSES):
+            folder = root / "cifar10" / split / name
+            folder.mkdir(parents=True)
+            for j in range(n):
+                pixels = np.full((32, 32, 3), 10 * k + j, dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"img_{j}.png")
+    return root
+
+
+def test_mnist_files_are_gzipped_byte_for_byte(bundle, tmp_path):
+    root = _data_root(tmp_path / "src")
+    written = bundle.mnist_gz(root, tmp_path / "out")
+    assert [p.name for p in written] == [f"{n}.gz" for n in bundle.MNIST_FILES]
+    for p in written:
+        plain = root / "MNIST" / "raw" / p.name.removesuffix(".gz")
+        original = plain.read_bytes() if plain.exists() else gzip.decompress(p.read_bytes())
+        if not plain.exists():  # copied as shipped
+            assert p.read_bytes() == Path(f"{plain}.gz").read_bytes()
+        assert gzip.decompress(p.read_bytes()) == original
+
+
+def test_the_cifar_subset_is_the_first_files_of_each_class_and_loads(bundle, tmp_path):
+    root = _data_root(tmp_path / "src")
+    out = tmp_path / "out"
+    written = bundle.cifar_subset(root, out, {"train": 2, "test": 1})
+    assert len(written) == 10 * 3
+    assert sorted(p.name for p in (out / "cifar10" / "train" / "cat").iterdir()) == [
+        "img_0.png",
+        "img_1.png",
+    ]
+    train = CIFAR10(out, train=True)
+    assert len(train) == 20 and len(CIFAR10(out, train=False)) == 10
+    for i in range(len(train)):  # class k holds pixels 10 k and 10 k + 1: labels intact
+        image, label = train[i]
+        assert int(image.flatten()[0]) // 10 == int(label)
+
+
+def test_missing_data_is_named(bundle, tmp_path):
+    root = _data_root(tmp_path / "src", train=1)
+    with pytest.raises(FileNotFoundError, match=r"cifar10/train/airplane: expected at least 2"):
+        bundle.cifar_subset(root, tmp_path / "out", {"train": 2})
+    with pytest.raises(FileNotFoundError, match=r"is .* a data root with MNIST"):
+        bundle.mnist_gz(tmp_path / "nothing", tmp_path / "out")
+
+
+def test_wheels_are_pinned_to_the_versions_here_for_the_gpu_python(bundle, tmp_path):
+    (req,) = bundle.pinned(["omegaconf"])
+    assert req == f"omegaconf=={importlib.metadata.version('omegaconf')}"
+    argv = bundle.download_argv(req, tmp_path, "3.12")
+    assert argv[-1] == req and argv[argv.index("--python-version") + 1] == "3.12"
+    assert {"--no-deps", "--only-binary=:all:"} <= set(argv)
+    assert "manylinux2014_x86_64" in argv
+
+
+def test_a_data_only_bundle_prints_its_size_and_the_command(bundle, tmp_path, capsys):
+    root = _data_root(tmp_path / "src")
+    out = tmp_path / "gpu"
+    argv = ["--data-root", str(root), "--out", str(out), "--no-wheels", "--cifar-train", "2"]
+    assert bundle.main([*argv, "--cifar-test", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "MNIST: 4 files" in text and "CIFAR-10: 30 files" in text
+    assert "pip install" not in text
+    assert f"gpu_check.py --data-root {out}/data" in text
+    assert bundle.main([*argv, "--cifar-test", "1", "--limit-mib", "0"]) == 1
+    assert "over --limit-mib 0" in capsys.readouterr().err
+
+
+def test_the_device_command_installs_the_wheels_first(bundle):
+    command = bundle.device_command(Path(".gpu"), with_wheels=True)
+    assert command.startswith("set -o pipefail; python3 -m pip install -q --no-index --no-deps")
+    assert ".gpu/wheels/*.whl && export PYTHONPATH=/tmp/site:$PWD/src" in command
+    assert command.endswith("--jsonl $OUT/rows.jsonl 2>&1 | tee $OUT/log")
