@@ -194,13 +194,16 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
     return row
 
 
-def share_of_peak(row: dict[str, Any], precision: str, peaks: dict[str, float]) -> float:
+def share_of_peak(
+    row: dict[str, Any], precision: str, peaks: dict[str, float], cuda: bool = True
+) -> float:
     """Images/s x the seconds an image's FLOPs take at the peaks of the precision each kind of
-    op ran in (module docstring): the step's share of what the card's GEMMs reach."""
+    op ran in (module docstring): the step's share of what the card's GEMMs reach. The TF32
+    flags act only on a CUDA device (``cuda``)."""
     if precision == "bf16-mixed":
         conv_peak = matmul_peak = peaks["bf16"]
     else:
-        flags = row.get("tf32") or {}
+        flags = (row.get("tf32") or {}) if cuda else {}
         conv_peak = peaks["tf32" if flags.get("conv") else "fp32"]
         matmul_peak = peaks["tf32" if flags.get("matmul") else "fp32"]
     conv = row["conv_flops_per_image"]
@@ -214,7 +217,7 @@ def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -
     t0 = time.perf_counter()
     row: dict[str, Any] = {"method": name, "precision": precision}
     row.update(timed_steps(name, precision, args))
-    row["share"] = share_of_peak(row, precision, args.peaks)
+    row["share"] = share_of_peak(row, precision, args.peaks, args.accelerator != "cpu")
     if args.compile:  # module docstring
         row.update(compiled=True, resume=None, fp64=None)
     else:
@@ -340,12 +343,14 @@ def child_argv(argv: list[str], peaks: dict[str, float], out: Path) -> list[str]
 
 def measure_peaks(n: int, device: str) -> dict[str, float]:
     """FLOP/s of an ``n``^3 GEMM in bfloat16, in IEEE float32 and in float32 with TF32 allowed
-    (on a CPU, where the TF32 flags act on nothing, the last two measure the same product)."""
+    (on a CPU, where the TF32 flags act on nothing, the last is the float32 one)."""
     peaks = {"bf16": gemm_peak_flops(n, 3, torch.bfloat16, device)}
-    for key, allow in (("fp32", False), ("tf32", True)):
-        with tf32(allow):
-            peaks[key] = gemm_peak_flops(n, 3, torch.float32, device)
-    return peaks
+    with tf32(False):
+        peaks["fp32"] = gemm_peak_flops(n, 3, torch.float32, device)
+    if device == "cpu":
+        return peaks | {"tf32": peaks["fp32"]}
+    with tf32(True):
+        return peaks | {"tf32": gemm_peak_flops(n, 3, torch.float32, device)}
 
 
 class _StopSignalError(Exception):

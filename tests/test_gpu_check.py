@@ -157,6 +157,15 @@ def test_share_counts_each_kind_of_op_at_the_peak_of_its_precision(gpu_check):
     both = row | {"tf32": {"conv": True, "matmul": True}}
     assert gpu_check.share_of_peak(both, "32-true", peaks) == pytest.approx(10 * 0.2)
     assert gpu_check.share_of_peak(defaults, "bf16-mixed", peaks) == pytest.approx(10 * 0.1)
+    # on a CPU the flags act on nothing: float32 at the float32 peak whatever they say
+    assert gpu_check.share_of_peak(both, "32-true", peaks, cuda=False) == pytest.approx(10 * 0.4)
+
+
+def test_a_cpu_check_measures_no_separate_tf32_peak(gpu_check, monkeypatch):
+    dtypes = []
+    monkeypatch.setattr(gpu_check, "gemm_peak_flops", lambda n, r, dt, d: dtypes.append(dt) or 5.0)
+    assert gpu_check.measure_peaks(64, "cpu") == {"bf16": 5.0, "fp32": 5.0, "tf32": 5.0}
+    assert dtypes == [torch.bfloat16, torch.float32]
 
 
 def test_peaks_reach_a_child_in_order(gpu_check, tmp_path):
