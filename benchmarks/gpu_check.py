@@ -39,6 +39,12 @@ stops a row that runs long without losing the others.
 ``--tiny``: networks of each paper preset's structure with small widths, on mnist5k (no
 data root needed), batch 8. Exit code 1 if any check failed or the check was cut short.
 
+``--set KEY=VALUE`` (repeatable) adds a configuration override to every run of the check,
+timed steps and resume runs alike, and each row lists them as ``overrides``: a variant timed
+against the defaults, e.g. ``--set trainer.tf32=false`` (float32 convolutions without TF32) or
+``--set trainer.vote_precision=bf16``. Settings the check makes itself (precision, determinism,
+budgets) are not for ``--set``.
+
 ``--compile``: the timed steps run with ``trainer.compile`` (``torch.compile``;
 ``reduce-overhead``, a CUDA graph, on a GPU), and a row is the speed alone: the warm-up steps
 include the compilation (give ``--warmup`` at least 3 for a CUDA graph), FLOPs come from an eager
@@ -79,7 +85,7 @@ from _method_steps import (
     quiet_lightning,
 )
 from selfcaps.cli import main as selfcaps
-from selfcaps.config.loading import load_config, load_yaml
+from selfcaps.config.loading import load_config, load_yaml, parse_overrides
 from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.engine.tf32 import tf32, tf32_state
 from selfcaps.eval.profile import flop_counter, flops_by_kind
@@ -119,7 +125,7 @@ def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str
         out += [f"data.train_subset={per_stage * batch}"]
     else:
         out += ["--epochs", str(10**6)]
-    return out
+    return out + list(args.set)
 
 
 def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -131,6 +137,7 @@ def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list
         ("trainer.deterministic", False),
         ("trainer.compile", bool(args.compile)),
         *paper_copy(name, args.tiny, args.warmup + args.steps),
+        *parse_overrides(args.set),
     ]
 
 
@@ -176,13 +183,15 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
     batch = int(method.cfg.data.batch_size)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    try:
-        timer = fit_steps(method, dm, args.warmup + args.steps, precision, [], args.accelerator)
-    except NonFiniteError:
-        nan = {"flops_per_image": math.nan, "conv_flops_per_image": math.nan}
-        return {"finite": False, "images_s": math.nan, **nan, "tf32": tf32_state()}
+    with tf32(method.cfg.trainer.get("tf32")):  # as a run applies trainer.tf32
+        flags = tf32_state()  # what the timed steps run under
+        try:
+            timer = fit_steps(method, dm, args.warmup + args.steps, precision, [], args.accelerator)
+        except NonFiniteError:
+            nan = {"flops_per_image": math.nan, "conv_flops_per_image": math.nan}
+            return {"finite": False, "images_s": math.nan, **nan, "tf32": flags}
     step = timer.median("loop_wall", skip=args.warmup)
-    row = {"finite": True, "images_s": batch / step, "step_ms": 1000 * step}
+    row = {"finite": True, "images_s": batch / step, "step_ms": 1000 * step, "tf32": flags}
     row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else math.nan
     eager = [(k, False if k == "trainer.compile" else v) for k, v in overrides]
     method, dm = build_method(name, "paper", eager, args.data_root)  # FLOPs of an eager step
@@ -190,7 +199,6 @@ def timed_steps(name: str, precision: str, args: argparse.Namespace) -> dict[str
         fit_steps(method, dm, 1, precision, accelerator=args.accelerator)
     row["flops_per_image"] = fc.get_total_flops() / batch
     row["conv_flops_per_image"] = flops_by_kind(fc)["conv"] / batch
-    row["tf32"] = tf32_state()  # what the timed steps ran under
     return row
 
 
@@ -216,6 +224,8 @@ def check_row(name: str, precision: str, args: argparse.Namespace, root: Path) -
     speed and share alone)."""
     t0 = time.perf_counter()
     row: dict[str, Any] = {"method": name, "precision": precision}
+    if args.set:
+        row["overrides"] = list(args.set)
     row.update(timed_steps(name, precision, args))
     row["share"] = share_of_peak(row, precision, args.peaks, args.accelerator != "cpu")
     if args.compile:  # module docstring
@@ -325,6 +335,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--compile",
         action="store_true",
         help="time compiled steps (trainer.compile): speed only, no resume or float64 check",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration override for every run of the check (repeatable), e.g. "
+        "trainer.tf32=true",
     )
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--peaks", type=float, nargs=3, metavar=PEAKS, help=argparse.SUPPRESS)

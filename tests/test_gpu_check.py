@@ -204,3 +204,19 @@ def test_the_float64_check_runs_the_device_network_with_tf32_off(gpu_check, monk
     off = {"conv": False, "matmul": False}
     assert seen == [(torch.float32, off), (torch.float64, off)]  # the CPU's: flags act on nothing
     assert tf32_state() == before
+
+
+@pytest.mark.slow
+def test_set_overrides_reach_every_run_of_a_row(gpu_check, tmp_path):
+    """``--set trainer.tf32=false``: the timed steps run under it (their flags recorded), the
+    resume runs' configurations hold it, and the row lists it."""
+    jsonl = tmp_path / "rows.jsonl"
+    argv = [*SMOKE, "--in-process", "--precisions", "32-true", "--methods", "poe"]
+    argv += ["--set", "trainer.tf32=false", "--out", str(tmp_path / "runs"), "--jsonl", str(jsonl)]
+    assert gpu_check.main(argv) == 0
+    (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert row["overrides"] == ["trainer.tf32=false"]
+    assert row["tf32"] == {"conv": False, "matmul": False}
+    configs = sorted((tmp_path / "runs").glob("*/config.yaml"))
+    assert len(configs) == 2 and all("tf32: false" in c.read_text() for c in configs)
+    assert torch.backends.cudnn.allow_tf32  # PyTorch's default again after the check
