@@ -148,6 +148,7 @@ def fit_steps(
         accelerator=accelerator,
         devices=1,
         precision=precision,  # type: ignore[arg-type]
+        benchmark=method.cfg.trainer.get("cudnn_benchmark"),
         max_epochs=1,
         limit_train_batches=steps,
         limit_val_batches=0,

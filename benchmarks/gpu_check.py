@@ -41,9 +41,10 @@ data root needed), batch 8. Exit code 1 if any check failed or the check was cut
 
 ``--set KEY=VALUE`` (repeatable) adds a configuration override to every run of the check,
 timed steps and resume runs alike, and each row lists them as ``overrides``: a variant timed
-against the defaults, e.g. ``--set trainer.tf32=false`` (float32 convolutions without TF32) or
-``--set trainer.vote_precision=bf16``. Settings the check makes itself (precision, determinism,
-budgets) are not for ``--set``.
+against the defaults, e.g. ``--set trainer.tf32=false`` (float32 convolutions without TF32),
+``--set trainer.vote_precision=bf16`` or ``--set trainer.cudnn_benchmark=true`` (the timed
+steps only: the resume runs are deterministic). Settings the check makes itself (precision,
+determinism, budgets) are not for ``--set``.
 
 ``--compile``: the timed steps run with ``trainer.compile`` (``torch.compile``;
 ``reduce-overhead``, a CUDA graph, on a GPU), and a row is the speed alone: the warm-up steps
@@ -125,7 +126,8 @@ def method_args(name: str, precision: str, args: argparse.Namespace) -> list[str
         out += [f"data.train_subset={per_stage * batch}"]
     else:
         out += ["--epochs", str(10**6)]
-    return out + list(args.set)
+    # cuDNN's benchmarking is refused with --deterministic: a speed setting, for the timed steps
+    return out + [kv for kv in args.set if not kv.startswith("trainer.cudnn_benchmark=")]
 
 
 def speed_overrides(name: str, precision: str, args: argparse.Namespace) -> list[tuple[str, Any]]:

@@ -220,3 +220,13 @@ def test_set_overrides_reach_every_run_of_a_row(gpu_check, tmp_path):
     configs = sorted((tmp_path / "runs").glob("*/config.yaml"))
     assert len(configs) == 2 and all("tf32: false" in c.read_text() for c in configs)
     assert torch.backends.cudnn.allow_tf32  # PyTorch's default again after the check
+
+
+def test_cudnn_benchmarking_reaches_the_timed_steps_not_the_deterministic_resume_runs(gpu_check):
+    sets = ["--set", "trainer.tf32=false", "--set", "trainer.cudnn_benchmark=true"]
+    args = gpu_check.parse_args(["--accelerator", "cpu", "--tiny", *sets])
+    speed = dict(gpu_check.speed_overrides("coca", "32-true", args))
+    assert speed["trainer.tf32"] is False and speed["trainer.cudnn_benchmark"] is True
+    resume = gpu_check.method_args("coca", "32-true", args)
+    assert "trainer.tf32=false" in resume and "--deterministic" in resume
+    assert not any(a.startswith("trainer.cudnn_benchmark") for a in resume)

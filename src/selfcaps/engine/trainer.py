@@ -377,6 +377,7 @@ def build_trainer(
         strategy=t.strategy,
         precision=t.precision,
         deterministic=bool(t.deterministic),
+        benchmark=t.get("cudnn_benchmark"),
         callbacks=cbs,
         logger=[
             RunCSVLogger(run_dir, resume_epoch, resume_mid_epoch),

@@ -121,6 +121,7 @@ HASH_OMITTED_AT = {
     "trainer.compile_mode": None,
     "trainer.vote_precision": "float32",
     "trainer.tf32": None,
+    "trainer.cudnn_benchmark": None,
 }
 #: Keys hashed at one value whatever they are set to: they change neither the arithmetic nor
 #: the random draws, and rows were measured with this value. Loader workers: every item is

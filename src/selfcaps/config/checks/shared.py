@@ -110,6 +110,13 @@ def check(cfg: Any) -> None:
         lambda v: v is None or isinstance(v, bool),
         "null (PyTorch's defaults), true or false (TF32 for float32 on NVIDIA GPUs)",
     )
+    check_key(
+        cfg,
+        "trainer.cudnn_benchmark",
+        lambda v: v is None or v is False or (v is True and not cfg.trainer.get("deterministic")),
+        "null, true or false (false or null with trainer.deterministic=true: cuDNN's "
+        "benchmarking ignores determinism)",
+    )
     check_key(cfg, "monitor.knn_every_n_epochs", lambda v: v >= 0, "a number of epochs >= 0")
     check_key(cfg, "monitor.bank_size", _optional_positive, "null or a number of images >= 1")
     for section in ("monitor", "eval"):
