@@ -16,7 +16,9 @@ copy of this checkout plus one folder (``--out``, default ``.gpu/``; keep it out
   no wheel).
 
 It prints the size of each part, refuses a bundle over ``--limit-mib`` (a transfer limit), and
-prints the command that installs the wheels there and runs the check::
+prints the command that installs the wheels there and runs the check: every method in both
+precisions (``--eager-s``, 390 s), then CoCa's compiled float32 row (``--compile-s``, 150 s),
+one call of under 10 minutes::
 
     python benchmarks/gpu_bundle.py --data-root DIR [--out .gpu] [--no-wheels]
 """
@@ -112,19 +114,32 @@ def mib(paths: Sequence[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 2**20
 
 
-def device_command(out: Path, with_wheels: bool) -> str:
-    """The shell command that runs the check on the GPU machine from this checkout's root."""
+def device_command(
+    out: Path, with_wheels: bool, eager_s: float = 390.0, compile_s: float = 150.0
+) -> str:
+    """The shell command that runs the check on the GPU machine from this checkout's root.
+
+    Every method in both precisions within ``eager_s`` seconds, then (``compile_s`` > 0)
+    CoCa's compiled float32 row within ``compile_s``: one call of under 10 minutes. Both
+    append to ``$OUT/rows.jsonl`` and ``$OUT/log``; the second runs whatever the first's exit.
+    """
     install = ""
     if with_wheels:
         install = (
             "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "
             f"--upgrade --target /tmp/site {out}/wheels/*.whl && "
         )
-    return (
-        f"set -o pipefail; {install}export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 && "
-        f"python3 benchmarks/gpu_check.py --data-root {out}/data --budget-s 480 "
-        "--jsonl $OUT/rows.jsonl 2>&1 | tee $OUT/log"
+    check = f"python3 benchmarks/gpu_check.py --data-root {out}/data --jsonl $OUT/rows.jsonl"
+    command = (
+        f"set -o pipefail; {install}export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 "
+        f"|| exit 1; {check} --budget-s {eager_s:g} 2>&1 | tee $OUT/log"
     )
+    if compile_s > 0:
+        command += (
+            f"; {check} --compile --warmup 5 --methods coca --precisions 32-true "
+            f"--method-cap-s {compile_s:g} --budget-s {compile_s:g} 2>&1 | tee -a $OUT/log"
+        )
+    return command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -138,6 +153,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     p.add_argument("--no-wheels", action="store_true", help="data only")
     p.add_argument("--limit-mib", type=float, default=60.0, help="refuse a larger bundle")
+    p.add_argument("--eager-s", type=float, default=390.0, help="the printed check's budget")
+    p.add_argument("--compile-s", type=float, default=150.0, help="then CoCa compiled (0: not)")
     return p.parse_args(argv)
 
 
@@ -158,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(over, file=sys.stderr)
         return 1
     print("on the GPU machine, from the checkout's root:")
-    print(device_command(args.out, not args.no_wheels))
+    print(device_command(args.out, not args.no_wheels, args.eager_s, args.compile_s))
     return 0
 
 
