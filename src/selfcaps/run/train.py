@@ -356,12 +356,11 @@ def train_run(spec: RunSpec, made: list[Path] | None = None) -> RunResult:
     """
     cfg, out, ckpt, root_source = prepare_run(spec)
     from selfcaps.engine.stopping import StopSignals
+    from selfcaps.engine.tf32 import tf32
 
     stop = StopSignals()
     stop.hint = f"{resume_command(spec.method, out, spec.command)} continues it"
     stop.install()
-    from selfcaps.engine.tf32 import tf32
-
     try:
         with tf32(cfg.trainer.get("tf32")):  # the whole run, training and evaluation
             return _train(spec, made, stop, cfg, out, ckpt, root_source)
