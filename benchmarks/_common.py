@@ -78,6 +78,12 @@ def gemm_peak_flops(
     return 2.0 * n**3 / best
 
 
+def seconds_at_peaks(flops: float, conv_flops: float, conv_peak: float, peak: float) -> float:
+    """Seconds ``flops`` take at the peaks: the ``conv_flops`` among them (convolutions) at
+    ``conv_peak``, the rest (matrix products) at ``peak`` (FLOP/s, or any unit per second)."""
+    return conv_flops / conv_peak + (flops - conv_flops) / peak
+
+
 def _read_status(key: str) -> int | None:
     try:
         with open("/proc/self/status") as f:

@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 
-from _common import gemm_peak_flops
+from _common import gemm_peak_flops, seconds_at_peaks
 from _method_steps import (
     METHODS,
     TINY_MODEL,
@@ -216,8 +216,9 @@ def share_of_peak(
         flags = (row.get("tf32") or {}) if cuda else {}
         conv_peak = peaks["tf32" if flags.get("conv") else "fp32"]
         matmul_peak = peaks["tf32" if flags.get("matmul") else "fp32"]
-    conv = row["conv_flops_per_image"]
-    seconds = conv / conv_peak + (row["flops_per_image"] - conv) / matmul_peak
+    seconds = seconds_at_peaks(
+        row["flops_per_image"], row["conv_flops_per_image"], conv_peak, matmul_peak
+    )
     return row["images_s"] * seconds
 
 

@@ -65,6 +65,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from _common import seconds_at_peaks
 from _method_steps import METHODS, build_method, fit_steps, paper_copy, quiet_lightning
 from selfcaps.caps.chunking import sized_for
 from selfcaps.eval.dispatch import DispatchTally
@@ -295,13 +296,12 @@ def projection(row: dict[str, Any], args: argparse.Namespace) -> tuple[float, st
     """Projected images/s on a GPU and what bounds it (module docstring): the slowest of
     launches (ops x launch + syncs x sync), matrix work at the peaks (convolutions at the
     conv peak, the rest at the peak), and data per worker."""
-    conv = row.get("conv_flops_per_image", 0.0)
-    conv_peak = args.conv_peak_tflops or args.peak_tflops
-    per_image = conv / conv_peak + (row["flops_per_image"] - conv) / args.peak_tflops
+    conv, peaks = row.get("conv_flops_per_image", 0.0), (args.conv_peak_tflops, args.peak_tflops)
+    per_image = seconds_at_peaks(row["flops_per_image"], conv, *(p * 1e12 for p in peaks))
     times = {
         "launches": (row["ops_per_step"] * args.launch_us + row["syncs_per_step"] * args.sync_us)
         * 1e-6,
-        "compute": per_image * row["batch_size"] / 1e12,
+        "compute": per_image * row["batch_size"],
         "data": row["data_ms_per_batch"] / 1000 / max(row.get("data_workers", 1), 1),
     }
     bound = max(times, key=times.__getitem__)
@@ -328,8 +328,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     lines.append(
         f"(projection: launch {args.launch_us:g} us, sync {args.sync_us:g} us, peak "
-        f"{args.peak_tflops:g} TFLOP/s, convolutions "
-        f"{args.conv_peak_tflops or args.peak_tflops:g} TFLOP/s; "
+        f"{args.peak_tflops:g} TFLOP/s, convolutions {args.conv_peak_tflops:g} TFLOP/s; "
         "ops and syncs exclude the load phase)"
     )
     for r in rows:
@@ -380,7 +379,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also count the kernels of the step compiled by inductor (minutes per method)",
     )
     p.add_argument("--json", type=Path, help="also write the rows here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.conv_peak_tflops is None:
+        args.conv_peak_tflops = args.peak_tflops
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
