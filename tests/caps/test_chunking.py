@@ -31,6 +31,25 @@ def test_batch_chunk_by_device_and_by_override():
         pass
 
 
+def test_torch_compile_traces_the_sizing_and_recompiles_when_it_changes():
+    """A compiled step reads the sizing without a graph break (``fullgraph=True`` raises on
+    one; torch 2.11's Dynamo could not trace the ``ContextVar`` this once was), and guards on
+    it: the same compiled function takes the other path under another sizing."""
+    import torch._dynamo as dynamo
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if cpu_path(x) else x * 3
+
+    dynamo.reset()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    assert torch.equal(compiled(x), x * 2)
+    with sized_for("accelerator"):
+        assert torch.equal(compiled(x), x * 3)
+    assert torch.equal(compiled(x), x * 2)
+    dynamo.reset()
+
+
 def _routing_ops(batch: int, kind: str) -> int:
     x = torch.randn(batch, 32, 8, requires_grad=True)
     w = torch.randn(32, 8, 10 * 16, requires_grad=True)

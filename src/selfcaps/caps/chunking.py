@@ -23,7 +23,6 @@ Examples:
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -36,12 +35,18 @@ __all__ = ["CPU_CHUNK_ELEMENTS", "Sizing", "batch_chunk", "cpu_path", "sized_for
 CPU_CHUNK_ELEMENTS = 1 << 20
 
 Sizing = Literal["device", "cpu", "accelerator"]
-_SIZING: contextvars.ContextVar[Sizing] = contextvars.ContextVar("sizing", default="device")
+#: The sizing in force. A plain module attribute, not a ``contextvars.ContextVar``:
+#: ``torch.compile`` reads it as a constant and guards on it (so a step compiled under one
+#: sizing recompiles under another), whereas Dynamo before torch 2.12 cannot trace
+#: ``ContextVar.get`` and broke the graph at every hot loop (7 breaks in CoCa's loss, 26 in
+#: MCAE's, on torch 2.11). It is process-wide: :func:`sized_for` in one thread sizes the
+#: loops of every thread.
+_SIZING: Sizing = "device"
 
 
 def sizing() -> Sizing:
     """The sizing in force: ``device`` (by the tensor's device), ``cpu`` or ``accelerator``."""
-    return _SIZING.get()
+    return _SIZING
 
 
 @contextmanager
@@ -51,13 +56,14 @@ def sized_for(kind: Sizing) -> Iterator[None]:
     Results do not depend on it (the chunked and the whole-batch paths compute the same
     values, up to float rounding order); only the number of ops and the memory do.
     """
+    global _SIZING
     if kind not in ("device", "cpu", "accelerator"):
         raise ValueError(f"sizing must be 'device', 'cpu' or 'accelerator', got {kind!r}")
-    token = _SIZING.set(kind)
+    previous, _SIZING = _SIZING, kind
     try:
         yield
     finally:
-        _SIZING.reset(token)
+        _SIZING = previous
 
 
 def cpu_path(t: torch.Tensor) -> bool:
