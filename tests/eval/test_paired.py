@@ -17,12 +17,30 @@ from selfcaps.results.paired import (
     family_verdict,
     holm_adjust,
     is_not_resolved,
+    mean_std,
     overall_verdict,
     paired_comparison,
 )
 
 T_975_DF2 = 4.303  # Student t, two-sided 95%, 2 degrees of freedom (printed tables)
 T_975_DF4 = 2.776
+
+
+def test_mean_std_is_the_exact_mean_whatever_the_order_of_the_values():
+    """The registry row whose mean Python 3.11's ``sum`` put at 79.75500000000001 (rendered
+    79.76) and 3.12's at 79.755 (79.75): the exact mean, by fractions, in every order."""
+    import itertools
+    from fractions import Fraction
+
+    values = [80.99, 84.27, 80.08, 85.65, 69.87, 77.67]
+    exact = sum(map(Fraction, values)) / 6
+    exact_var = sum((Fraction(v) - exact) ** 2 for v in values) / 5
+    results = {mean_std(list(order)) for order in itertools.permutations(values)}
+    assert len(results) == 1
+    ((mean, sd),) = results
+    assert mean == float(exact) == 79.755
+    assert sd == pytest.approx(math.sqrt(float(exact_var)), rel=1e-15)
+    assert math.isnan(mean_std([3.0])[1]) and mean_std([3.0])[0] == 3.0
 
 
 def test_three_seeds_against_a_hand_computation():

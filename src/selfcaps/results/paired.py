@@ -77,6 +77,7 @@ __all__ = [
     "family_verdict",
     "holm_adjust",
     "is_not_resolved",
+    "mean_std",
     "overall_verdict",
     "paired_comparison",
 ]
@@ -160,12 +161,23 @@ class PairedResult:
         return asdict(self)
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``n - 1``; NaN for one value).
+
+    Both sums are ``math.fsum``, correctly rounded, so the numbers (and the docs' tables made
+    from them) do not depend on the Python version: Python 3.12's built-in ``sum`` of floats
+    compensates its rounding and 3.11's does not, which moved a registry mean across a
+    rounding boundary (79.755 against 79.75500000000001: "79.75" against "79.76").
+
+    Examples:
+        >>> mean_std([80.99, 84.27, 80.08, 85.65, 69.87, 77.67])[0]
+        79.755
+    """
     n = len(values)
-    mean = sum(values) / n
+    mean = math.fsum(values) / n
     if n < 2:
         return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
 
 
 def _spread_is_rounding(d_std: float, values: Sequence[float]) -> bool:
@@ -253,9 +265,9 @@ def paired_comparison(
         raise ValueError(f"paired comparison: units must be in 1..{n} (the seeds), got {units}")
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"paired comparison: the equivalence margin must be > 0, got {margin}")
-    t_mean, t_std = _mean_std(t_vals)
-    c_mean, c_std = _mean_std(c_vals)
-    d_mean, d_std = _mean_std(diffs)
+    t_mean, t_std = mean_std(t_vals)
+    c_mean, c_std = mean_std(c_vals)
+    d_mean, d_std = mean_std(diffs)
     zero_spread = n >= 2 and _spread_is_rounding(d_std, values)
     if zero_spread:
         d_std = 0.0

@@ -49,6 +49,7 @@ from selfcaps.results.paired import (
     family_verdict,
     holm_adjust,
     is_not_resolved,
+    mean_std,
 )
 from selfcaps.results.registry import (
     RegistryError,
@@ -116,11 +117,9 @@ def _num(v: float, signed: bool = False, places: int = 2) -> str:
 
 def _mean_sd(values: Sequence[float], places: int | None = None) -> str:
     places = _places(values) if places is None else places
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
+    mean, sd = mean_std(values)
+    if len(values) < 2:
         return _num(mean, places=places)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     return f"{_num(mean, places=places)} ± {_num(sd, places=places)}"
 
 
