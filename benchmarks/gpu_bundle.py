@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import importlib.metadata
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from selfcaps.data.cifar import CIFAR10_CLASSES
+from selfcaps.run.provenance import NOT_A_CHECKOUT, git_commit
 
 #: selfcaps' dependencies that a GPU image with torch, Lightning, timm and scikit-learn lacks.
 PACKAGES = ("mlxtend", "omegaconf", "antlr4-python3-runtime", "geomloss")
@@ -118,13 +120,19 @@ def mib(paths: Sequence[Path]) -> float:
 
 
 def device_command(
-    out: Path, with_wheels: bool, eager_s: float = 420.0, compile_s: float = 140.0
+    out: Path,
+    with_wheels: bool,
+    eager_s: float = 420.0,
+    compile_s: float = 140.0,
+    commit: str | None = None,
 ) -> str:
     """The shell command that runs the check on the GPU machine from this checkout's root.
 
     Every method in both precisions within ``eager_s`` seconds, then (``compile_s`` > 0)
     CoCa's compiled float32 row within ``compile_s``: one call of under 10 minutes. Both
     append to ``$OUT/rows.jsonl`` and ``$OUT/log``; the second runs whatever the first's exit.
+    ``commit`` (this checkout's, where the bundle is made) goes into every row: the device
+    machine gets a copy of the tree without ``.git``.
     """
     install = ""
     if with_wheels:
@@ -133,6 +141,8 @@ def device_command(
             f"--upgrade --target /tmp/site {out}/wheels/*.whl && "
         )
     check = f"python3 benchmarks/gpu_check.py --data-root {out}/data --jsonl $OUT/rows.jsonl"
+    if commit:
+        check += f" --commit {shlex.quote(commit)}"
     command = (
         f"set -o pipefail; {install}export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 "
         f"|| exit 1; {check} --budget-s {eager_s:g} 2>&1 | tee $OUT/log"
@@ -178,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         print(over, file=sys.stderr)
         return 1
     print("on the GPU machine, from the checkout's root:")
-    print(device_command(args.out, not args.no_wheels, args.eager_s, args.compile_s))
+    head = git_commit()
+    commit = None if head == NOT_A_CHECKOUT else head
+    print(device_command(args.out, not args.no_wheels, args.eager_s, args.compile_s, commit))
     return 0
 
 

@@ -65,6 +65,7 @@ import copy
 import io
 import json
 import math
+import platform
 import signal
 import subprocess
 import sys
@@ -91,6 +92,7 @@ from selfcaps.engine.checkpoints import load_checkpoint
 from selfcaps.engine.tf32 import tf32, tf32_state
 from selfcaps.eval.profile import flop_counter, flops_by_kind
 from selfcaps.methods.base import NonFiniteError
+from selfcaps.run.provenance import git_commit
 
 PRECISIONS = ("bf16-mixed", "32-true")
 #: The GEMM peaks each check measures: bfloat16, IEEE float32, float32 with TF32 allowed.
@@ -317,6 +319,20 @@ def run_child(name: str, precision: str, argv: list[str], timeout: float) -> dic
     return row | {"seconds": time.perf_counter() - t0}  # the child's start-up included
 
 
+def software(commit: str) -> dict[str, str]:
+    """What the rows ran on besides the device: torch, its CUDA, Python and the commit.
+
+    Each JSON line carries these, so a row can go into the registry as it stands; ``cuda`` is
+    ``"none"`` for a build of torch without CUDA.
+    """
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "python": platform.python_version(),
+        "commit": commit,
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``None``: ``sys.argv``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
@@ -348,6 +364,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "trainer.tf32=true",
     )
     p.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
+    p.add_argument(
+        "--commit",
+        default=None,
+        help="the commit to record in every row (default: the checkout's; a copy of the tree "
+        "without .git, as on the device machine, records what benchmarks/gpu_bundle.py passes)",
+    )
     p.add_argument("--peaks", type=float, nargs=3, metavar=PEAKS, help=argparse.SUPPRESS)
     p.add_argument("--row", nargs=2, metavar=("METHOD", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -402,6 +424,12 @@ def _check(args: argparse.Namespace, argv: list[str], cuda: bool) -> int:
     args.peaks = measure_peaks(n, device)
     name = torch.cuda.get_device_name() if cuda else f"CPU ({args.threads} thread(s))"
     flags = tf32_state()
+    versions = software(args.commit or git_commit())
+    print(
+        f"torch {versions['torch']} (CUDA {versions['cuda']}), Python {versions['python']}, "
+        f"commit {versions['commit']}",
+        flush=True,
+    )
     print(
         f"{name}: {n}^3 GEMM peak TFLOP/s bf16 {args.peaks['bf16'] / 1e12:.3f}, fp32 "
         f"{args.peaks['fp32'] / 1e12:.3f}, tf32 {args.peaks['tf32'] / 1e12:.3f}; float32 "
@@ -436,7 +464,7 @@ def _check(args: argparse.Namespace, argv: list[str], cuda: bool) -> int:
                     print(format_row(row, args.tolerance), flush=True)
                     if args.jsonl:
                         with args.jsonl.open("a") as f:
-                            f.write(json.dumps(row | {"device": name}) + "\n")
+                            f.write(json.dumps(row | {"device": name} | versions) + "\n")
                     if row.get("signal") or row.get("stopped_by"):
                         cut = row.get("status") or f"stopped by {row['stopped_by']}"
                         break

@@ -111,3 +111,9 @@ def test_the_device_command_installs_the_wheels_then_runs_both_checks(bundle):
     assert len(command) < 2000  # the device tool's limit on a command
     only = bundle.device_command(Path(".gpu"), with_wheels=False, eager_s=500, compile_s=0)
     assert "pip install" not in only and "--compile" not in only and "--budget-s 500" in only
+    assert "--commit" not in command + only  # none given
+    dirty = bundle.device_command(Path(".gpu"), with_wheels=True, commit="0123456789ab+dirty")
+    assert dirty.count("gpu_check.py") == dirty.count("--commit 0123456789ab+dirty ") == 2
+    assert len(dirty) < 2000
+    odd = bundle.device_command(Path(".gpu"), with_wheels=False, commit="a b")
+    assert "--commit 'a b' " in odd  # quoted for the shell

@@ -6,6 +6,7 @@ spent (it ends with the rows it has, exit code 1).
 """
 
 import json
+import platform
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from selfcaps.cli.main import build_parser
 from selfcaps.cli.run import spec_from_args
+from selfcaps.run.provenance import git_commit
 from selfcaps.run.train import prepare_run
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -69,6 +71,9 @@ def test_all_five_methods_end_to_end_on_the_cpu(gpu_check, capsys, tmp_path):
         assert 0 < x["conv_flops_per_image"] <= x["flops_per_image"]
         assert (x["conv_flops_per_image"] < x["flops_per_image"]) or x["method"] != "coca", x
         assert set(x["tf32"]) == {"conv", "matmul"}
+        assert x["torch"] == torch.__version__ and x["python"] == platform.python_version()
+        assert x["cuda"] == (torch.version.cuda or "none")
+        assert x["commit"] == git_commit()  # this checkout's, with no --commit
 
 
 @pytest.mark.slow
@@ -137,9 +142,10 @@ def test_compiled_rows_time_the_speed_alone(gpu_check, capsys, tmp_path, monkeyp
     monkeypatch.setattr(CapsuleMethod, "__init__", spy)
     jsonl = tmp_path / "rows.jsonl"
     argv = [*SMOKE, "--in-process", "--precisions", "32-true", "--methods", "poe", "--compile"]
-    assert gpu_check.main([*argv, "--jsonl", str(jsonl)]) == 0
+    assert gpu_check.main([*argv, "--jsonl", str(jsonl), "--commit", "abc123+dirty"]) == 0
     assert compiled == [True, False]  # the timed steps, then the eager FLOP count
     (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert row["commit"] == "abc123+dirty"  # as given: the device's copy has no .git
     assert row["compiled"] and row["finite"] and row["images_s"] > 0
     assert row["resume"] is None and row["fp64"] is None and row["flops_per_image"] > 0
     (line,) = _rows(capsys.readouterr().out)
