@@ -24,6 +24,7 @@ pole of ``m_j`` separately.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -253,7 +254,7 @@ def pole_purity(cos: Tensor, preds: Tensor, edge: float) -> dict[str, float | in
                 classes.append(None)
         if not shares:
             raise ValueError(f"no draw lies at the {pole} pole (|cos| >= {edge}) of any capsule")
-        out[f"pole_purity_{pole}"] = sum(shares) / len(shares)
+        out[f"pole_purity_{pole}"] = math.fsum(shares) / len(shares)  # the same on every Python
         out[f"pole_majority_{pole}"] = ",".join("-" if c is None else str(c) for c in classes)
         majorities[pole] = classes
     both = [(a, b) for a, b in zip(majorities["near"], majorities["far"], strict=True)

@@ -8,6 +8,7 @@ classes over the capsules) is reported beside it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -153,7 +154,7 @@ def purity_metrics(
     out: dict[str, float | int | str] = {
         f"purity_capsule_{j:02d}{suffix}": p for j, p in enumerate(purities)
     }
-    out[f"purity_mean{suffix}"] = sum(purities) / len(purities)
+    out[f"purity_mean{suffix}"] = math.fsum(purities) / len(purities)  # the same on every Python
     out[f"purity_classes_covered{suffix}"] = len(set(classes))
     out[f"purity_majority_classes{suffix}"] = ",".join(map(str, classes))
     return out
