@@ -37,10 +37,10 @@ CPU_CHUNK_ELEMENTS = 1 << 20
 Sizing = Literal["device", "cpu", "accelerator"]
 #: The sizing in force. A plain module attribute, not a ``contextvars.ContextVar``:
 #: ``torch.compile`` reads it as a constant and guards on it (so a step compiled under one
-#: sizing recompiles under another), whereas Dynamo before torch 2.12 cannot trace
-#: ``ContextVar.get`` and broke the graph at every hot loop (7 breaks in CoCa's loss, 26 in
-#: MCAE's, on torch 2.11). It is process-wide: :func:`sized_for` in one thread sizes the
-#: loops of every thread.
+#: sizing recompiles under another), whereas torch 2.11's Dynamo cannot trace
+#: ``ContextVar.get`` (2.14's can) and broke the graph at every hot loop (7 breaks in CoCa's
+#: loss, 26 in MCAE's). It is process-wide: :func:`sized_for` in one thread sizes the loops
+#: of every thread.
 _SIZING: Sizing = "device"
 
 
