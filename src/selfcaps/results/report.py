@@ -306,12 +306,12 @@ def provenance(rows: Sequence[Row]) -> list[str]:
                 f"{a.label} " + ", ".join(f"{v:g}" for v in a.values) for a in r.arms
             )
         paper = f"; paper: {r.paper}" if r.paper else ""
-        cpu = f" ({r.cpu})" if r.cpu else ""
-        cpu += f", GPU {r.gpu}" if r.gpu else ""
+        hardware = f" ({r.cpu})" if r.cpu else ""
+        hardware += f", GPU {r.gpu}" if r.gpu else ""
         text = (
             f"{_code(r.id)}: {_code(r.command)} (S = seeds {seeds}{html.escape(per_arm)}); "
             f"preset {presets}; commit {_code(r.commit)}, {r.date}, {r.cores} cores"
-            f"{html.escape(cpu)}, {r.threads} thread{'s' if r.threads != 1 else ''} per run; "
+            f"{html.escape(hardware)}, {r.threads} thread{'s' if r.threads != 1 else ''} per run; "
             f"config {_code(r.config_hash)}{html.escape(paper)}."
         )
         lines.append(f"<li>{text}</li>")
