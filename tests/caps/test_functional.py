@@ -36,6 +36,19 @@ def test_extreme_inputs_finite_value_and_gradient(fn, scale):
     assert torch.isfinite(s.grad).all()
 
 
+@pytest.mark.parametrize("fn", [squash, unit_vector, safe_norm, unsquash])
+def test_float16_zero_vectors_stay_finite(fn):
+    """The epsilons (1e-12, 1e-20) vanish in float16: float16 is computed in float32."""
+    s = torch.tensor([[0.0, 0.0, 0.0], [0.3, -0.4, 0.0]], dtype=torch.float16, requires_grad=True)
+    out = fn(s)
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    if fn in (squash, safe_norm):  # the others' gradients at zero (1e6, 1e10) exceed float16
+        (grad,) = torch.autograd.grad(out.float().sum(), s)
+        assert torch.isfinite(grad).all()
+    want = fn(s.detach().double())
+    torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
+
+
 def test_squash_of_huge_is_unit_direction():
     v = squash(torch.tensor([1e30, -1e30]))
     assert torch.allclose(v, torch.tensor([1.0, -1.0]) / math.sqrt(2.0))

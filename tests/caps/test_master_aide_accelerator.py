@@ -1,10 +1,11 @@
 """EncapNet's accelerator paths against its CPU paths and independent float64 computations.
 
 Off the CPU path (``sized_for("accelerator")``) the capConvs squash with a hand-written
-backward, run the two branches' ReLU and squash once on both, and skip the channels-last
-copies; the feedback units' cosine costs come from one batched Gram product. Each is held
-here to what the CPU path computes (values, input and parameter gradients, running
-statistics; float64), and every new function to ``torch.autograd.gradcheck``.
+backward (its own tests: ``test_fused_squash.py``), run the two branches' ReLU and squash once
+on both, and skip the channels-last copies; the feedback units' cosine costs come from one
+batched Gram product. Each is held here to what the CPU path computes (values, input and
+parameter gradients, running statistics; float64), and every new function to
+``torch.autograd.gradcheck``.
 """
 
 import copy
@@ -15,7 +16,7 @@ import torch
 
 from selfcaps.caps import CapsuleModule, MasterAideConv2d, squash_channels
 from selfcaps.caps.chunking import sized_for
-from selfcaps.caps.master_aide import _SquashCapsules, channels_last_conv
+from selfcaps.caps.master_aide import channels_last_conv
 from selfcaps.eval.dispatch import DispatchTally
 from selfcaps.losses import SinkhornDivergence, ground_cost
 from selfcaps.losses.feedback import CapsuleDeconv2d, FeedbackAgreement
@@ -24,12 +25,6 @@ from selfcaps.models.encapnet import EncapNet
 
 SOURCES = ("v1", "v2", "v3", "own", "cross")
 EPS = 1e-12
-
-
-def _squash_formula(s: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sabour eq. 1 with the safe norm, directly: |s|^2 / (1 + |s|^2) s / sqrt(|s|^2 + eps)."""
-    n2 = (s * s).sum(dim, keepdim=True)
-    return s * n2 / ((1.0 + n2) * torch.sqrt(n2 + EPS))
 
 
 def _run(module, inputs, kind):
@@ -58,45 +53,6 @@ def _assert_paths_agree(module, *inputs):
 
 
 # ------------------------------------------------------------------ squash
-@pytest.mark.parametrize("dim", [0, 2, -1])
-def test_squash_capsules_gradcheck(dim):
-    g = torch.Generator().manual_seed(0)
-    s = torch.randn(3, 4, 5, generator=g, dtype=torch.float64)
-    s[1, 1, 1] = 3.0  # entries above 1: the rescaled branch (k > 1)
-    s.requires_grad_()
-    assert torch.autograd.gradcheck(lambda x: _SquashCapsules.apply(x, dim, EPS), (s,))
-
-
-def test_squash_capsules_is_eq1_with_its_gradient_at_every_scale():
-    g = torch.Generator().manual_seed(1)
-    base = torch.randn(6, 3, 4, generator=g, dtype=torch.float64)
-    grad = torch.randn(6, 3, 4, generator=g, dtype=torch.float64)
-    for scale in (1e-4, 0.3, 1.0, 7.0, 1e6, 1e30):  # 1e30: |s|^2 overflows float32, not float64
-        s = (base * scale).requires_grad_()
-        got = _SquashCapsules.apply(s, 1, EPS)
-        (dgot,) = torch.autograd.grad(got, s, grad)
-        s2 = s.detach().clone().requires_grad_()
-        want = _squash_formula(s2, 1)
-        (dwant,) = torch.autograd.grad(want, s2, grad)
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-300)
-        torch.testing.assert_close(dgot, dwant, rtol=1e-9, atol=1e-300)
-
-
-def test_squash_capsules_float32_overflow_zero_and_nan():
-    big = torch.full((1, 2, 3), 1e30, requires_grad=True)  # |s|^2 overflows float32
-    v = _SquashCapsules.apply(big, 1, EPS)
-    torch.testing.assert_close(v.norm(dim=1), torch.ones(1, 3))
-    (dv,) = torch.autograd.grad(v.sum(), big)
-    assert torch.isfinite(dv).all()
-    zero = torch.zeros(2, 4, requires_grad=True)
-    v0 = _SquashCapsules.apply(zero, 1, EPS)
-    (d0,) = torch.autograd.grad(v0.sum(), zero)
-    assert (v0 == 0).all() and (d0 == 0).all()
-    nan = torch.tensor([[float("nan"), 1.0], [1.0, 1.0]])
-    out = _SquashCapsules.apply(nan, 1, EPS)
-    assert out[0].isnan().all() and not out[1].isnan().any()
-
-
 def test_squash_channels_accelerator_path_equals_cpu_path():
     g = torch.Generator().manual_seed(2)
     x = torch.randn(2, 12, 3, 3, generator=g, dtype=torch.float64) * 2.0

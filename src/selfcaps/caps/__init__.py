@@ -1,6 +1,13 @@
 """Capsule mathematics: squash/unsquash, routing algorithms and capsule layers (pure torch)."""
 
-from selfcaps.caps.functional import caps_length, safe_norm, squash, unit_vector, unsquash
+from selfcaps.caps.functional import (
+    caps_length,
+    safe_norm,
+    squash,
+    squashed_length,
+    unit_vector,
+    unsquash,
+)
 from selfcaps.caps.fused_routing import fused_dense_routing
 from selfcaps.caps.layers import (
     ConvCaps2d,
@@ -49,6 +56,7 @@ __all__ = [
     "self_routing",
     "squash",
     "squash_channels",
+    "squashed_length",
     "unfold_caps",
     "unit_vector",
     "unsquash",

@@ -3,19 +3,39 @@
 Every capsule tensor in selfcaps keeps the capsule's vector in one dimension
 (``dim``, the last one by default). The functions here never turn a NaN into a
 number: a NaN anywhere in a capsule makes that capsule's output NaN.
+
+Float16 inputs are computed in float32 and returned in float16: the epsilons under the square
+roots (1e-12, 1e-20) are below the smallest float16 number, so in float16 they would vanish and
+the zero vector would give ``0 / 0``.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-__all__ = ["caps_length", "safe_norm", "squash", "unit_vector", "unsquash"]
+__all__ = ["caps_length", "safe_norm", "squash", "squashed_length", "unit_vector", "unsquash"]
 
 SQUASH_EPS = 1e-12
 UNSQUASH_EPS = 1e-20
 
 
+def _float16_in_float32(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``fn`` with a float16 first argument computed in float32, its result cast back."""
+
+    @functools.wraps(fn)
+    def wrapper(x: Tensor, *args: object, **kwargs: object) -> Tensor:
+        if x.dtype == torch.float16:
+            return fn(x.float(), *args, **kwargs).to(torch.float16)
+        return fn(x, *args, **kwargs)
+
+    return wrapper
+
+
+@_float16_in_float32
 def safe_norm(x: Tensor, dim: int = -1, eps: float = SQUASH_EPS, keepdim: bool = False) -> Tensor:
     """Euclidean norm ``sqrt(sum(x^2) + eps)`` with a finite gradient at the zero vector.
 
@@ -53,6 +73,32 @@ def caps_length(x: Tensor, dim: int = -1) -> Tensor:
     return safe_norm(x, dim=dim)
 
 
+@_float16_in_float32
+def squashed_length(v: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
+    """:func:`caps_length` of squashed capsules, without the overflow rescaling.
+
+    A :func:`squash` output has length below 1 (up to rounding), so no entry exceeds 1 in
+    magnitude, :func:`safe_norm`'s scale ``max(1, max|v_i|)`` is 1, and ``sqrt(|v|^2 + eps)``
+    is the same number, in 4 ops instead of 11 (and fewer in the backward): what an
+    accelerator, which launches a kernel per op, is spared. Vectors with larger entries need
+    :func:`caps_length`.
+
+    Args:
+        v: Squashed capsules.
+        dim: Dimension holding the capsule vector.
+        eps: Safe-norm epsilon.
+
+    Returns:
+        The lengths, with ``dim`` removed.
+
+    Examples:
+        >>> squashed_length(torch.tensor([[0.6, 0.8], [0.0, 0.0]]), eps=0.0)
+        tensor([1., 0.])
+    """
+    return torch.sqrt((v * v).sum(dim=dim) + eps)
+
+
+@_float16_in_float32
 def unit_vector(x: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     """``x / safe_norm(x)``: the direction of each vector (zero stays zero, with a finite gradient).
 
@@ -79,6 +125,7 @@ def _overflow_scale(x: Tensor, dim: int) -> Tensor:
     return x.detach().abs().amax(dim=dim, keepdim=True).clamp_min(1.0)
 
 
+@_float16_in_float32
 def squash(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     r"""Squash non-linearity of Sabour et al. 2017, eq. (1).
 
@@ -112,6 +159,7 @@ def squash(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     return t * (n2 / (inv_k2 + n2)) / torch.sqrt(n2 + eps * inv_k2)
 
 
+@_float16_in_float32
 def unsquash(v: Tensor, dim: int = -1, eps: float = UNSQUASH_EPS) -> Tensor:
     r"""Inverse of :func:`squash` (Hauser, products of expert capsules, eq. 6).
 

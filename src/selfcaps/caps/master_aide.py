@@ -20,15 +20,15 @@ capsule map ``(B, T, H, W, D)`` used elsewhere in selfcaps.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from selfcaps.caps.chunking import cpu_path
 from selfcaps.caps.functional import SQUASH_EPS, squash
+from selfcaps.caps.fused_squash import relu_squash_capsules, squash_capsules
 
 __all__ = [
     "CapFC",
@@ -64,7 +64,8 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     computed with fewer passes over memory: ``v = s * |s|^2 / ((1 + |s|^2) sqrt(|s|^2 + eps))``.
     Should ``|s|^2`` overflow (entries above ~1e19) or be NaN, it falls back
     to :func:`~selfcaps.caps.squash`, which rescales first. Off the CPU path (no host read)
-    it always rescales, with a hand-written backward (:class:`_SquashCapsules`). The memory
+    it always rescales, with a hand-written backward
+    (:func:`~selfcaps.caps.fused_squash.squash_capsules`). The memory
     format (e.g. channels-last) is kept.
 
     Args:
@@ -84,7 +85,7 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
         raise ValueError(f"{C} channels do not split into {num_caps} capsule types")
     caps = x.view(B, num_caps, C // num_caps, H, W)
     if not cpu_path(x):  # branch-free: no host read (it rescales, so never overflows)
-        return _SquashCapsules.apply(caps, 2, SQUASH_EPS).view(B, C, H, W)
+        return squash_capsules(caps, dim=2).view(B, C, H, W)
     n2 = caps.pow(2).sum(dim=2, keepdim=True)
     if not bool(torch.isfinite(n2).all()):
         return squash(caps, dim=2).view(B, C, H, W)
@@ -142,47 +143,6 @@ def count_batches(counters: list[Tensor], times: int | list[int] = 1) -> None:
         torch._foreach_add_(counters, times)
 
 
-class _SquashCapsules(torch.autograd.Function):
-    r""":func:`~selfcaps.caps.squash` with a hand-written backward: fewer ops than autograd's.
-
-    With the detached scale ``k = max(1, max_i |s_i|)``, ``t = s / k``, ``n = |t|^2``,
-    ``c = 1 / k^2``, ``d = n + c``, ``e = n + eps c`` and ``r = e^{-1/2}``, the squash of
-    Sabour eq. 1 with the safe norm is ``v = f t`` with ``f = n r / d`` (the rescaled form of
-    :func:`~selfcaps.caps.squash`: ``|s|^2`` never overflows). Its vector-Jacobian product is
-
-    .. math::
-        \frac{\partial L}{\partial s} = \frac{1}{k} \Big( f g
-            + 2 \big(\tfrac{r - f}{d} - \tfrac{f}{2 e}\big) (t \cdot g)\, t \Big)
-
-    for ``g = dL/dv`` (from ``dF/dq`` of ``F(q) = q / ((1 + q) sqrt(q + eps))``, ``q = |s|^2``;
-    ``r^2 = 1 / e``): 9 ops backward, against autograd's two dozen. Once differentiable.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, s: Tensor, dim: int, eps: float) -> Tensor:
-        """Squash ``s`` along ``dim`` (safe-norm ``eps``); keep what the backward needs."""
-        k = torch.linalg.vector_norm(s, float("inf"), dim=dim, keepdim=True).clamp_min(1.0)
-        t = s / k
-        n = (t * t).sum(dim=dim, keepdim=True)
-        c = k.pow(-2)
-        e = torch.add(n, c, alpha=eps)
-        r = torch.rsqrt(e)
-        d = n + c
-        f = n * r / d
-        ctx.dim = dim
-        ctx.save_for_backward(t, k, f, r, d, e)
-        return t * f
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
-        """``dL/ds`` from ``g = dL/dv`` (the class docstring's formula)."""
-        t, k, f, r, d, e = ctx.saved_tensors
-        tg = (t * g).sum(dim=ctx.dim, keepdim=True)
-        w = torch.addcdiv((r - f) / d, f, e, value=-0.5) * tg
-        return torch.addcmul(f * g, w, t, value=2.0) / k, None, None
-
-
 def channels_last_conv(conv: nn.Module, x: Tensor) -> Tensor:
     """Apply a (grouped) convolution in channels-last memory format; return a contiguous result.
 
@@ -221,7 +181,10 @@ class _BnReluSquash(nn.Module):
         self.bn = nn.BatchNorm2d(channels)
 
     def forward(self, x: Tensor, count: bool = True) -> Tensor:
-        return squash_channels(torch.relu(batch_norm(self.bn, x, count)), self.num_caps)
+        z = batch_norm(self.bn, x, count)
+        if cpu_path(z):
+            return squash_channels(torch.relu(z), self.num_caps)
+        return relu_squash_capsules([z], self.num_caps).view(z.shape)
 
 
 def _interleave(a: Tensor, b: Tensor, num_caps: int) -> Tensor:
@@ -346,8 +309,7 @@ class MasterAideConv2d(nn.Module):
         z_master = batch_norm(self.master_act.bn, self.master(x), count)
         z_aide = batch_norm(self.aide_act.bn, self.aide_conv(x), count)
         B, C, H, W = z_master.shape
-        both = torch.cat([z.view(B, T, 1, -1, H, W) for z in (z_master, z_aide)], dim=2)
-        both = _SquashCapsules.apply(torch.relu(both), 3, SQUASH_EPS)
+        both = relu_squash_capsules([z_master, z_aide], T)
         if self.coefficients == "v3":
             first = second = both.view(B, 2 * C, H, W)
         else:
@@ -513,8 +475,8 @@ class CapFC(nn.Module):
             raise ValueError(
                 f"CapFC expects capsules (B, {self.in_caps}, {self.caps_dim}), got {tuple(u.shape)}"
             )
-        s = torch.bmm(u.permute(2, 0, 1).contiguous(), self.weight)  # (D, B, out_caps)
-        return squash(s.permute(1, 2, 0))
+        s = torch.bmm(u.permute(2, 0, 1).contiguous(), self.weight).permute(1, 2, 0)
+        return squash(s) if cpu_path(s) else squash_capsules(s)
 
     def extra_repr(self) -> str:
         """Sizes, shown by ``print(model)``."""

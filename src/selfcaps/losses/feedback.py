@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from selfcaps.caps.chunking import cpu_path
+from selfcaps.caps.fused_squash import relu_squash_capsules
 from selfcaps.caps.master_aide import (
     batch_norm,
     channels_last_conv,
@@ -99,8 +100,11 @@ class CapsuleDeconv2d(nn.Module):
 
     def activate(self, x: Tensor) -> Tensor:
         """ReLU, then squash per capsule when encapsulated (acts on each sample alone)."""
-        x = x.relu()
-        return squash_channels(x, self.num_caps) if self.num_caps else x
+        if not self.num_caps:
+            return x.relu()
+        if cpu_path(x):
+            return squash_channels(x.relu(), self.num_caps)
+        return relu_squash_capsules([x], self.num_caps).view(x.shape)
 
     def forward(self, z: Tensor) -> Tensor:
         """Higher capsules ``(B, C_hi, h, w)`` -> ``(B, C_lo, h * upsample, w * upsample)``."""

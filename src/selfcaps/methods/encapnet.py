@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchvision.transforms import v2
 
-from selfcaps.caps import caps_length
+from selfcaps.caps import caps_length, squashed_length
 from selfcaps.caps.chunking import cpu_path
 from selfcaps.config.checks.encapnet import OTHER_NETWORKS
 from selfcaps.config.checks.encapnet import check as check_encapnet_config
@@ -200,7 +200,9 @@ class EncapNetMethod(CapsuleMethod):
     # ------------------------------------------------------------ training
     def scores(self, out: Tensor) -> Tensor:
         """Class scores ``(B, K)`` from the network's output (capsule lengths, or as they are)."""
-        return caps_length(out) if out.dim() == 3 else out
+        if out.dim() != 3:
+            return out
+        return caps_length(out) if cpu_path(out) else squashed_length(out)  # CapFC squashes
 
     def _classification_loss(self, scores: Tensor, y: Tensor) -> Tensor:
         if self.network.score_kind == "logit":
