@@ -1,9 +1,9 @@
 r"""The squash of Sabour et al. (2017, eq. 1) with hand-written backwards, for the accelerator path.
 
 On an accelerator every operator is a kernel launch, and autograd's backward of the squash
-runs about two dozen of them. EncapNet squashes 36 times a step, each time after a BatchNorm
-and a ReLU, so the squash and its gradient are written out here by hand, in as few operators
-as the arithmetic allows:
+runs about two dozen of them. EncapNet's ``paper`` network squashes 36 times a step after a
+BatchNorm and a ReLU, and once more for its class capsules, so the squash and its gradient are
+written out here by hand, in as few operators as the arithmetic allows:
 
 * :func:`squash_capsules`: the squash alone, overflow-safe for any finite input (it rescales
   each vector by its largest entry first): 12 ops forward, 9 backward;
