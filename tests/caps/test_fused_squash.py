@@ -10,6 +10,8 @@ function to the eager one.
 import pytest
 import torch
 
+from selfcaps.caps import squash_channels
+from selfcaps.caps.chunking import sized_for
 from selfcaps.caps.functional import caps_length, squash, squashed_length
 from selfcaps.caps.fused_squash import relu_squash_capsules, squash_capsules
 from selfcaps.eval.dispatch import DispatchTally
@@ -160,3 +162,13 @@ def test_squashed_length_is_caps_length_of_squashed_capsules():
     want = torch.sqrt((v64.detach() ** 2).sum(-1) + EPS)
     torch.testing.assert_close(squashed_length(v64), want, rtol=1e-15, atol=0)
     assert torch.autograd.gradcheck(squashed_length, (v64,))
+
+
+@pytest.mark.parametrize("kind", ["cpu", "accelerator"])
+def test_squash_channels_float16_zero_capsules_stay_finite(kind):
+    x = torch.zeros(2, 6, 2, 2, dtype=torch.float16)
+    x[0, :3] = 2.0
+    with sized_for(kind):
+        got = squash_channels(x, 2)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got, squash_channels(x.float(), 2).half(), rtol=0, atol=0)

@@ -66,7 +66,8 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     to :func:`~selfcaps.caps.squash`, which rescales first. Off the CPU path (no host read)
     it always rescales, with a hand-written backward
     (:func:`~selfcaps.caps.fused_squash.squash_capsules`). The memory
-    format (e.g. channels-last) is kept.
+    format (e.g. channels-last) is kept. Float16 is computed in float32, as
+    :mod:`selfcaps.caps.functional` does (``eps`` vanishes in float16).
 
     Args:
         x: Convolution output.
@@ -83,6 +84,8 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     B, C, H, W = x.shape
     if C % num_caps:
         raise ValueError(f"{C} channels do not split into {num_caps} capsule types")
+    if x.dtype == torch.float16:
+        return squash_channels(x.float(), num_caps).to(torch.float16)
     caps = x.view(B, num_caps, C // num_caps, H, W)
     if not cpu_path(x):  # branch-free: no host read (it rescales, so never overflows)
         return squash_capsules(caps, dim=2).view(B, C, H, W)
