@@ -26,7 +26,7 @@ squash with the safe norm is ``v = f s`` with ``f = n q = F(n)``,
     F'(n) = \frac{q}{d} - \frac{f}{2 e}
 
 (from ``F'/F = 1/n - 1/d - 1/(2e)``, and ``r - f = r / d``), which is why ``q`` is kept:
-``F'`` then costs two operators and never subtracts two nearly equal numbers.
+``F'`` then costs two operators.
 
 **Why** :func:`relu_squash_capsules` **need not rescale.** ``n`` overflows when an entry of
 ``s`` passes ``sqrt(max / D)``: about 1.8e19 / sqrt(D) in float32, bfloat16 and float64
