@@ -23,7 +23,7 @@ SQUASH_EPS = 1e-12
 UNSQUASH_EPS = 1e-20
 
 
-def _float16_in_float32(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+def float16_in_float32(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """``fn`` with a float16 first argument computed in float32, its result cast back."""
 
     @functools.wraps(fn)
@@ -35,7 +35,7 @@ def _float16_in_float32(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return wrapper
 
 
-@_float16_in_float32
+@float16_in_float32
 def safe_norm(x: Tensor, dim: int = -1, eps: float = SQUASH_EPS, keepdim: bool = False) -> Tensor:
     """Euclidean norm ``sqrt(sum(x^2) + eps)`` with a finite gradient at the zero vector.
 
@@ -73,7 +73,7 @@ def caps_length(x: Tensor, dim: int = -1) -> Tensor:
     return safe_norm(x, dim=dim)
 
 
-@_float16_in_float32
+@float16_in_float32
 def squashed_length(v: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     """:func:`caps_length` of squashed capsules, without the overflow rescaling.
 
@@ -98,7 +98,7 @@ def squashed_length(v: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor
     return torch.sqrt((v * v).sum(dim=dim) + eps)
 
 
-@_float16_in_float32
+@float16_in_float32
 def unit_vector(x: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     """``x / safe_norm(x)``: the direction of each vector (zero stays zero, with a finite gradient).
 
@@ -125,7 +125,7 @@ def _overflow_scale(x: Tensor, dim: int) -> Tensor:
     return x.detach().abs().amax(dim=dim, keepdim=True).clamp_min(1.0)
 
 
-@_float16_in_float32
+@float16_in_float32
 def squash(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     r"""Squash non-linearity of Sabour et al. 2017, eq. (1).
 
@@ -159,7 +159,7 @@ def squash(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     return t * (n2 / (inv_k2 + n2)) / torch.sqrt(n2 + eps * inv_k2)
 
 
-@_float16_in_float32
+@float16_in_float32
 def unsquash(v: Tensor, dim: int = -1, eps: float = UNSQUASH_EPS) -> Tensor:
     r"""Inverse of :func:`squash` (Hauser, products of expert capsules, eq. 6).
 

@@ -46,12 +46,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from selfcaps.caps.functional import SQUASH_EPS
+from selfcaps.caps.functional import SQUASH_EPS, float16_in_float32
 
 __all__ = ["relu_squash_capsules", "squash_capsules"]
-
-#: Float types computed in float32 (module docstring).
-_NARROW = (torch.float16,)
 
 
 class _SquashCapsules(torch.autograd.Function):
@@ -95,6 +92,7 @@ class _SquashCapsules(torch.autograd.Function):
         return torch.addcmul(f * g, w, t, value=2.0) / k, None, None
 
 
+@float16_in_float32
 def squash_capsules(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor:
     """Sabour eq. 1 with the safe norm, for any finite ``s``, with a hand-written backward.
 
@@ -110,8 +108,6 @@ def squash_capsules(s: Tensor, dim: int = -1, eps: float = SQUASH_EPS) -> Tensor
         >>> squash_capsules(torch.tensor([[3.0, 4.0]])).norm(dim=-1)
         tensor([0.9615])
     """
-    if s.dtype in _NARROW:
-        return _SquashCapsules.apply(s.float(), dim, eps).to(s.dtype)
     return _SquashCapsules.apply(s, dim, eps)
 
 
@@ -180,7 +176,7 @@ def relu_squash_capsules(parts: Sequence[Tensor], num_caps: int) -> Tensor:
     if any(p.shape != first.shape or p.dtype != first.dtype for p in parts):
         shapes = [(tuple(p.shape), p.dtype) for p in parts]
         raise ValueError(f"parts must share one shape and dtype, got {shapes}")
-    if first.dtype in _NARROW:
+    if first.dtype == torch.float16:  # as float16_in_float32, for a list of parts
         out = _ReluSquashCapsules.apply(num_caps, SQUASH_EPS, *(p.float() for p in parts))
         return out.to(first.dtype)
     return _ReluSquashCapsules.apply(num_caps, SQUASH_EPS, *parts)

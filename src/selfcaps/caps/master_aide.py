@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from selfcaps.caps.chunking import cpu_path
-from selfcaps.caps.functional import SQUASH_EPS, squash
+from selfcaps.caps.functional import SQUASH_EPS, float16_in_float32, squash
 from selfcaps.caps.fused_squash import relu_squash_capsules, squash_capsules
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "channels_to_caps",
     "count_batches",
     "deferred_counters",
+    "relu_squash_channels",
     "squash_channels",
 ]
 
@@ -57,6 +58,7 @@ _SOURCES = ("v1", "v2", "v3", "own", "cross")
 _SKIPS = ("none", "module", "layerwise")
 
 
+@float16_in_float32
 def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     """Squash each capsule of a convolution tensor ``(B, T*D, H, W)`` (type-major channels).
 
@@ -84,8 +86,6 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     B, C, H, W = x.shape
     if C % num_caps:
         raise ValueError(f"{C} channels do not split into {num_caps} capsule types")
-    if x.dtype == torch.float16:
-        return squash_channels(x.float(), num_caps).to(torch.float16)
     caps = x.view(B, num_caps, C // num_caps, H, W)
     if not cpu_path(x):  # branch-free: no host read (it rescales, so never overflows)
         return squash_capsules(caps, dim=2).view(B, C, H, W)
@@ -93,6 +93,17 @@ def squash_channels(x: Tensor, num_caps: int) -> Tensor:
     if not bool(torch.isfinite(n2).all()):
         return squash(caps, dim=2).view(B, C, H, W)
     return (caps * (n2 / ((1.0 + n2) * torch.sqrt(n2 + SQUASH_EPS)))).view(B, C, H, W)
+
+
+def relu_squash_channels(z: Tensor, num_caps: int) -> Tensor:
+    """``squash_channels(ReLU(z))`` of a BatchNorm output ``z`` (how every capConv ends).
+
+    Off the CPU path, one function with a hand-written backward and no overflow rescaling
+    (:func:`~selfcaps.caps.fused_squash.relu_squash_capsules`), the same values up to rounding.
+    """
+    if cpu_path(z):
+        return squash_channels(torch.relu(z), num_caps)
+    return relu_squash_capsules([z], num_caps).view(z.shape)
 
 
 def _defers(bn: nn.Module) -> bool:
@@ -184,10 +195,7 @@ class _BnReluSquash(nn.Module):
         self.bn = nn.BatchNorm2d(channels)
 
     def forward(self, x: Tensor, count: bool = True) -> Tensor:
-        z = batch_norm(self.bn, x, count)
-        if cpu_path(z):
-            return squash_channels(torch.relu(z), self.num_caps)
-        return relu_squash_capsules([z], self.num_caps).view(z.shape)
+        return relu_squash_channels(batch_norm(self.bn, x, count), self.num_caps)
 
 
 def _interleave(a: Tensor, b: Tensor, num_caps: int) -> Tensor:

@@ -35,13 +35,12 @@ import torch
 from torch import Tensor, nn
 
 from selfcaps.caps.chunking import cpu_path
-from selfcaps.caps.fused_squash import relu_squash_capsules
 from selfcaps.caps.master_aide import (
     batch_norm,
     channels_last_conv,
     count_batches,
     deferred_counters,
-    squash_channels,
+    relu_squash_channels,
 )
 
 __all__ = ["CapsuleDeconv2d", "FeedbackAgreement", "feature_extractor", "feedback_features"]
@@ -100,11 +99,7 @@ class CapsuleDeconv2d(nn.Module):
 
     def activate(self, x: Tensor) -> Tensor:
         """ReLU, then squash per capsule when encapsulated (acts on each sample alone)."""
-        if not self.num_caps:
-            return x.relu()
-        if cpu_path(x):
-            return squash_channels(x.relu(), self.num_caps)
-        return relu_squash_capsules([x], self.num_caps).view(x.shape)
+        return relu_squash_channels(x, self.num_caps) if self.num_caps else x.relu()
 
     def forward(self, z: Tensor) -> Tensor:
         """Higher capsules ``(B, C_hi, h, w)`` -> ``(B, C_lo, h * upsample, w * upsample)``."""
