@@ -251,7 +251,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     batch = int(method.cfg.data.batch_size)
     grab = LoaderGrab()
     with sized_for(args.sizing):
-        fit_steps(method, dm, args.warmup + args.steps, callbacks=[counter, grab])
+        fit_steps(method, dm, args.warmup + args.steps, args.precision, [counter, grab])
     steps = max(counter.counted, 1)
     per_phase = {k: v / steps for k, v in tally.ops_by_phase.items()}
     ops = sum(per_phase.get(p, 0.0) for p in DEVICE_PHASES)
@@ -268,6 +268,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         kernels = compiled_kernels(method, dm) if args.compiled_kernels else None
     row = {
         "method": name,
+        "precision": args.precision,
         "batch_size": batch,
         "ops_per_step": round(ops, 1),
         "ops_by_phase": {k: round(v, 1) for k, v in sorted(per_phase.items())},
@@ -327,8 +328,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{r['projected_images_per_s']:>12,.0f}  {r['bound_by']}"
         )
     lines.append(
-        f"(projection: launch {args.launch_us:g} us, sync {args.sync_us:g} us, peak "
-        f"{args.peak_tflops:g} TFLOP/s, convolutions {args.conv_peak_tflops:g} TFLOP/s; "
+        f"({args.precision}; projection: launch {args.launch_us:g} us, sync {args.sync_us:g} "
+        f"us, peak {args.peak_tflops:g} TFLOP/s, convolutions {args.conv_peak_tflops:g} TFLOP/s; "
         "ops and syncs exclude the load phase)"
     )
     for r in rows:
@@ -363,6 +364,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1, help="steps before counting")
     p.add_argument("--data-batches", type=int, default=5, help="batches timed for data ms")
     p.add_argument("--threads", type=int, default=1, help="CPU threads")
+    p.add_argument(
+        "--precision",
+        default="32-true",
+        choices=["32-true", "bf16-mixed"],
+        help="Lightning precision of the counted steps (autocast adds its casts; the FLOPs are "
+        "the same: give the bfloat16 peaks with --peak-tflops and --conv-peak-tflops)",
+    )
     p.add_argument("--launch-us", type=float, default=LAUNCH_US)
     p.add_argument("--sync-us", type=float, default=SYNC_US)
     p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)

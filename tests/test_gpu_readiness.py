@@ -54,6 +54,20 @@ def test_ops_per_step_do_not_grow_with_the_batch(rows, method):
     assert large <= small, (small, large)
 
 
+def test_bf16_mixed_counts_the_autocast_casts(readiness, rows, tmp_path):
+    """``--precision bf16-mixed`` counts the steps under autocast: the same FLOPs, and more
+    ops than in float32 (the casts of weights and inputs to bfloat16, and their backward),
+    which a launch-bound step pays for on a GPU."""
+    path = tmp_path / "bf16.json"
+    argv = ["--tiny", "--no-compile-check", "--batch-size", "8", "--methods", "poe"]
+    assert readiness.main([*argv, "--precision", "bf16-mixed", "--json", str(path)]) == 0
+    bf16, fp32 = json.loads(path.read_text())["poe"], rows[8]["poe"]
+    assert (bf16["precision"], fp32["precision"]) == ("bf16-mixed", "32-true")
+    assert bf16["flops_per_image"] == fp32["flops_per_image"]
+    assert bf16["ops_per_step"] > fp32["ops_per_step"], (bf16["ops_per_step"], fp32["ops_per_step"])
+    assert bf16["syncs_per_step"] <= 1
+
+
 def test_grouped_convolution_flops_are_counted_per_group():
     """FLOPs as the readiness table counts them (``flop_counter``) for a grouped
     convolution: 2 x B x C_out x (C_in / groups) x k^2 x H_out x W_out, by hand; its
