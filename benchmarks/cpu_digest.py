@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from _method_steps import METHODS, build_method, default_data_root, fit_steps, quiet_lightning
+from selfcaps.caps.chunking import sized_for
 
 #: Per method: preset overrides and training steps (``None``: PoE's three one-epoch stages).
 CASES: dict[str, tuple[list[tuple[str, Any]], int | None]] = {
@@ -43,11 +44,21 @@ def digest(module: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def trained_digest(name: str, data_root: str | None, seed: int = 0, extra=()) -> str:
-    """Train ``name`` as :data:`CASES` says and return :func:`digest` of the module."""
+def trained_digest(
+    name: str, data_root: str | None, seed: int = 0, extra=(), sizing: str = "cpu"
+) -> str:
+    """Train ``name`` as :data:`CASES` says, the hot loops sized for ``sizing``, and return
+    :func:`digest` of the module."""
     overrides, steps = CASES[name]
     overrides = [*overrides, ("monitor.knn_every_n_epochs", 0), *extra]
     method, dm = build_method(name, "quick", overrides, data_root, seed=seed)
+    with sized_for(sizing):
+        _train(method, dm, steps)
+    return digest(method)
+
+
+def _train(method: L.LightningModule, dm: Any, steps: int | None) -> None:
+    """:data:`CASES`' training: ``steps`` steps, or PoE's three one-epoch stages (``None``)."""
     if steps is None:
         trainer = L.Trainer(
             accelerator="cpu", max_epochs=3, limit_val_batches=0, num_sanity_val_steps=0,
@@ -57,7 +68,6 @@ def trained_digest(name: str, data_root: str | None, seed: int = 0, extra=()) ->
         trainer.fit(method, datamodule=dm)
     else:
         fit_steps(method, dm, steps)
-    return digest(method)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,11 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--data-root", default=default_data_root())
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--sizing",
+        default="cpu",
+        choices=["cpu", "accelerator"],
+        help="hot loops sized as on this CPU (default) or as on a GPU",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     quiet_lightning()
     for name in args.methods:
-        print(name, trained_digest(name, args.data_root, args.seed), flush=True)
+        print(name, trained_digest(name, args.data_root, args.seed, sizing=args.sizing), flush=True)
     return 0
 
 

@@ -125,7 +125,8 @@ def test_no_graph_breaks_in_the_loss_on_an_accelerator(readiness, method):
 
 def test_cpu_digest_repeats_and_tells_seeds_apart(monkeypatch):
     """``benchmarks/cpu_digest.py``: the same training gives the same digest, another seed
-    another one (so equal digests at two commits mean something)."""
+    or the accelerator's code path another one (so equal digests at two commits mean
+    something)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import cpu_digest
 
@@ -134,6 +135,10 @@ def test_cpu_digest_repeats_and_tells_seeds_apart(monkeypatch):
     a = cpu_digest.trained_digest("coca", None, 0, tiny)
     assert a == cpu_digest.trained_digest("coca", None, 0, tiny)
     assert a != cpu_digest.trained_digest("coca", None, 1, tiny)
+    # --sizing accelerator: the GPU's code path (another rounding), itself repeatable
+    b = cpu_digest.trained_digest("coca", None, 0, tiny, sizing="accelerator")
+    assert b == cpu_digest.trained_digest("coca", None, 0, tiny, sizing="accelerator")
+    assert b != a
 
 
 #: The shape of inductor's output code (torch 2.14, CPU), trimmed: a forward ``call``.
