@@ -208,8 +208,9 @@ def augmented_batch(dm: Any) -> Any:
     return batch
 
 
-def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
-    """Kernels of ``compute_loss`` and its backward under ``torch.compile`` (module docstring).
+def compiled_kernels(method: Any, dm: Any, precision: str = "32-true") -> dict[str, int] | None:
+    """Kernels of ``compute_loss`` and its backward under ``torch.compile`` (module docstring),
+    the loss under bfloat16 autocast when ``precision`` is ``bf16-mixed``.
 
     ``None`` (with a message) when the method optimises manually (PoE: ``compute_loss`` makes
     its own update, so a loss-and-backward step is not its step), when compilation fails, or
@@ -224,7 +225,8 @@ def compiled_kernels(method: Any, dm: Any) -> dict[str, int] | None:
     batch = augmented_batch(dm)
 
     def step(b: Any) -> Tensor:
-        loss, _ = method.compute_loss(b)
+        with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss, _ = method.compute_loss(b)
         loss.backward()
         return loss.detach()
 
@@ -265,7 +267,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     workers = max(args.gpu_workers, 1) if dm.cfg.data.get("num_workers") is None else 1
     with sized_for(args.sizing):
         breaks = None if args.no_compile_check else graph_breaks(method, dm)
-        kernels = compiled_kernels(method, dm) if args.compiled_kernels else None
+        kernels = compiled_kernels(method, dm, args.precision) if args.compiled_kernels else None
     row = {
         "method": name,
         "precision": args.precision,

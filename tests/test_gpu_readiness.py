@@ -191,7 +191,7 @@ def test_kernel_count_of_inductor_code_by_hand(readiness):
 
 
 @pytest.mark.slow
-def test_compiled_kernels_of_a_small_step(readiness):
+def test_compiled_kernels_of_a_small_step(readiness, monkeypatch):
     """A real compile (inductor, CPU): a linear layer, ReLU and a sum, forward and backward."""
 
     class Tiny(torch.nn.Module):
@@ -212,6 +212,21 @@ def test_compiled_kernels_of_a_small_step(readiness):
     assert k["library"] >= 2  # the forward and the weight-gradient matrix products
     assert 1 <= k["fused"] <= 4
     assert all(p.grad is None for p in module.parameters())  # the step leaves no gradients
+
+    # bf16-mixed: the loss compiled under autocast, so the generated code computes in bfloat16
+    codes = []
+    count = readiness.count_kernels
+
+    def spy(code):
+        codes.append(code)
+        return count(code)
+
+    monkeypatch.setattr(readiness, "count_kernels", spy)
+    assert readiness.compiled_kernels(module, Data(), "bf16-mixed")["library"] >= 2
+    assert any("bfloat16" in c for c in codes)
+    codes.clear()
+    readiness.compiled_kernels(module, Data(), "32-true")
+    assert codes and not any("bfloat16" in c for c in codes)
 
 
 def test_compiled_kernels_skip_a_method_that_optimises_by_hand(readiness):
