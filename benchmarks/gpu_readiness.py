@@ -47,6 +47,10 @@ under :class:`selfcaps.eval.dispatch.DispatchTally`. Per method it reports:
 
     python benchmarks/gpu_readiness.py --data-root DIR [--methods coca ...] [--json out.json]
     python benchmarks/gpu_readiness.py --tiny            # CI smoke test, mnist5k, no data root
+
+``--precision bf16-mixed`` counts the steps under bfloat16 autocast (and compiles the loss
+under it with ``--compiled-kernels``): its casts are ops too. The FLOPs are the same; give the
+bfloat16 peak with ``--peak-tflops`` (and ``--conv-peak-tflops``) to project it.
 """
 
 from __future__ import annotations
