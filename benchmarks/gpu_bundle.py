@@ -17,13 +17,20 @@ copy of this checkout plus one folder (``--out``, default ``.gpu/``; keep it out
 
 It prints the size of each part, refuses a bundle over ``--limit-mib`` (a transfer limit), and
 prints the command that installs the wheels there and runs the check: every method in both
-precisions (``--eager-s``, 420 s), then CoCa's compiled float32 row (``--compile-s``, 140 s),
-one call of under 10 minutes (the two checks' start-ups, their GEMM peaks and the wheels'
-installation take about 25 s more). A row that starts late gets only the budget left, so the
-first check ends near its budget; at ``gpu_check.py``'s estimate of 35-45 s a row its ten rows
-fit in 420 s, and a slower GPU loses the last ones (PoE), not the compiled row::
+precisions (``--eager-s``, 420 s), then each compiled row of ``--compiled`` (``METHOD:PRECISION``,
+default CoCa's float32 row) within ``--compile-s`` (140 s) each, one call of under 10 minutes
+(the checks' start-ups, their GEMM peaks and the wheels' installation take about 25 s more;
+a command that would not fit is refused). A row that starts late gets only the budget left, so
+the first check ends near its budget; at ``gpu_check.py``'s estimate of 35-45 s a row its ten
+rows fit in 420 s, and a slower GPU loses the last ones (PoE), not the compiled row.
+
+EncapNet's compiled steps are, by the CPU's projection (docs/benchmarks.md), its only route to
+10x; how long inductor takes to compile them for a GPU is not known. ``--eager-s 0`` leaves the
+eager check out, for a second call of compiled rows only::
 
     python benchmarks/gpu_bundle.py --data-root DIR [--out .gpu] [--no-wheels]
+    python benchmarks/gpu_bundle.py --data-root DIR --eager-s 0 --compile-s 180 \\
+        --compiled encapnet:32-true encapnet:bf16-mixed coca:bf16-mixed
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from _method_steps import METHODS
+from gpu_check import PRECISIONS
 from selfcaps.data.cifar import CIFAR10_CLASSES
 from selfcaps.run.provenance import NOT_A_CHECKOUT, git_commit
 
@@ -119,21 +128,55 @@ def mib(paths: Sequence[Path]) -> float:
     return sum(p.stat().st_size for p in paths) / 2**20
 
 
+#: The device tool's limit on one call, and what the command spends outside the checks' budgets.
+CALL_LIMIT_S = 600.0
+OVERHEAD_S = 25.0
+#: Compiled rows of the printed command by default: CoCa's float32 step.
+COMPILED = ("coca:32-true",)
+
+
+def compiled_rows(pairs: Sequence[str]) -> list[tuple[str, str]]:
+    """``METHOD:PRECISION`` strings as pairs, each checked against ``gpu_check.py``'s choices."""
+    out = []
+    for pair in pairs:
+        method, _, precision = pair.partition(":")
+        if method not in METHODS or precision not in PRECISIONS:
+            raise ValueError(
+                f"--compiled {pair!r}: expected METHOD:PRECISION with METHOD one of "
+                f"{', '.join(METHODS)} and PRECISION one of {', '.join(PRECISIONS)}"
+            )
+        out.append((method, precision))
+    return out
+
+
 def device_command(
     out: Path,
     with_wheels: bool,
     eager_s: float = 420.0,
     compile_s: float = 140.0,
     commit: str | None = None,
+    compiled: Sequence[str] = COMPILED,
 ) -> str:
     """The shell command that runs the check on the GPU machine from this checkout's root.
 
-    Every method in both precisions within ``eager_s`` seconds, then (``compile_s`` > 0)
-    CoCa's compiled float32 row within ``compile_s``: one call of under 10 minutes. Both
-    append to ``$OUT/rows.jsonl`` and ``$OUT/log``; the second runs whatever the first's exit.
-    ``commit`` (this checkout's, where the bundle is made) goes into every row: the device
-    machine gets a copy of the tree without ``.git``.
+    Every method in both precisions within ``eager_s`` seconds (0: none), then (``compile_s`` > 0)
+    each compiled ``METHOD:PRECISION`` row of ``compiled`` within ``compile_s``: one call of
+    under 10 minutes. All append to ``$OUT/rows.jsonl`` and ``$OUT/log``; each check runs
+    whatever the previous one's exit. ``commit`` (this checkout's, where the bundle is made)
+    goes into every row: the device machine gets a copy of the tree without ``.git``.
+
+    Raises:
+        ValueError: A pair of ``compiled`` is not a method and precision of ``gpu_check.py``,
+            the budgets with :data:`OVERHEAD_S` pass :data:`CALL_LIMIT_S`, or nothing runs.
     """
+    rows = compiled_rows(compiled) if compile_s > 0 else []
+    total = eager_s + compile_s * len(rows) + OVERHEAD_S
+    if total > CALL_LIMIT_S:
+        raise ValueError(
+            f"the command would take up to {total:g} s ({eager_s:g} eager + {len(rows)} x "
+            f"{compile_s:g} compiled + {OVERHEAD_S:g}), over the {CALL_LIMIT_S:g} s of one "
+            "device call: lower --eager-s or --compile-s, or name fewer --compiled rows"
+        )
     install = ""
     if with_wheels:
         install = (
@@ -143,16 +186,16 @@ def device_command(
     check = f"python3 benchmarks/gpu_check.py --data-root {out}/data --jsonl $OUT/rows.jsonl"
     if commit:
         check += f" --commit {shlex.quote(commit)}"
-    command = (
-        f"set -o pipefail; {install}export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 "
-        f"|| exit 1; {check} --budget-s {eager_s:g} 2>&1 | tee $OUT/log"
-    )
-    if compile_s > 0:
-        command += (
-            f"; {check} --compile --warmup 5 --methods coca --precisions 32-true "
-            f"--method-cap-s {compile_s:g} --budget-s {compile_s:g} 2>&1 | tee -a $OUT/log"
-        )
-    return command
+    checks = [f"{check} --budget-s {eager_s:g} 2>&1 | tee $OUT/log"] if eager_s > 0 else []
+    checks += [
+        f"{check} --compile --warmup 5 --methods {method} --precisions {precision} "
+        f"--method-cap-s {compile_s:g} --budget-s {compile_s:g} 2>&1 | tee -a $OUT/log"
+        for method, precision in rows
+    ]
+    if not checks:
+        raise ValueError("nothing to run: --eager-s 0 and no compiled row")
+    setup = f"set -o pipefail; {install}export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1"
+    return f"{setup} || exit 1; " + "; ".join(checks)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -166,13 +209,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--python-version", default="3.12", help="the GPU machine's Python")
     p.add_argument("--no-wheels", action="store_true", help="data only")
     p.add_argument("--limit-mib", type=float, default=60.0, help="refuse a larger bundle")
-    p.add_argument("--eager-s", type=float, default=420.0, help="the printed check's budget")
-    p.add_argument("--compile-s", type=float, default=140.0, help="then CoCa compiled (0: not)")
+    p.add_argument(
+        "--eager-s", type=float, default=420.0, help="the eager check's budget (0: no eager check)"
+    )
+    p.add_argument(
+        "--compile-s", type=float, default=140.0, help="each compiled row's budget (0: none)"
+    )
+    p.add_argument(
+        "--compiled",
+        nargs="+",
+        default=list(COMPILED),
+        metavar="METHOD:PRECISION",
+        help="compiled rows after the eager check (default: coca:32-true)",
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    head = git_commit()
+    commit = None if head == NOT_A_CHECKOUT else head
+    try:  # refuse a command that cannot run before copying anything
+        command = device_command(
+            args.out, not args.no_wheels, args.eager_s, args.compile_s, commit, args.compiled
+        )
+    except ValueError as err:
+        print(f"gpu_bundle: {err}", file=sys.stderr)
+        return 2
     data = args.out / "data"
     parts = {"MNIST": mnist_gz(args.data_root, data)}
     split_sizes = {"train": args.cifar_train, "test": args.cifar_test}
@@ -188,9 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         print(over, file=sys.stderr)
         return 1
     print("on the GPU machine, from the checkout's root:")
-    head = git_commit()
-    commit = None if head == NOT_A_CHECKOUT else head
-    print(device_command(args.out, not args.no_wheels, args.eager_s, args.compile_s, commit))
+    print(command)
     return 0
 
 

@@ -117,3 +117,32 @@ def test_the_device_command_installs_the_wheels_then_runs_both_checks(bundle):
     assert len(dirty) < 2000
     odd = bundle.device_command(Path(".gpu"), with_wheels=False, commit="a b")
     assert "--commit 'a b' " in odd  # quoted for the shell
+
+
+def test_compiled_rows_are_named_checked_and_must_fit_one_call(bundle):
+    pairs = ["encapnet:32-true", "encapnet:bf16-mixed", "coca:bf16-mixed"]
+    command = bundle.device_command(
+        Path(".gpu"), with_wheels=True, eager_s=0, compile_s=180, compiled=pairs
+    )
+    checks = command.split(" || exit 1; ")[1].split("; ")
+    assert len(checks) == 3 and all("--compile --warmup 5" in c for c in checks)  # no eager check
+    assert "--methods encapnet --precisions bf16-mixed --method-cap-s 180" in checks[1]
+    assert all(c.endswith("--budget-s 180 2>&1 | tee -a $OUT/log") for c in checks)
+    assert len(command) < 2000
+    # 420 + 2 x 140 + 25 s of start-up is over one 600 s call: refused, with the arithmetic
+    with pytest.raises(ValueError, match=r"up to 725 s \(420 eager \+ 2 x 140 compiled \+ 25\)"):
+        bundle.device_command(Path(".gpu"), False, compiled=["coca:32-true", "encapnet:32-true"])
+    with pytest.raises(ValueError, match=r"'coca:fp8'.*PRECISION one of bf16-mixed, 32-true"):
+        bundle.device_command(Path(".gpu"), False, compiled=["coca:fp8"])
+    with pytest.raises(ValueError, match=r"'resnet:32-true'.*METHOD one of coca"):
+        bundle.device_command(Path(".gpu"), False, compiled=["resnet:32-true"])
+    with pytest.raises(ValueError, match="nothing to run"):
+        bundle.device_command(Path(".gpu"), False, eager_s=0, compile_s=0)
+
+
+def test_a_command_that_cannot_run_copies_nothing(bundle, tmp_path, capsys):
+    out = tmp_path / "gpu"
+    argv = ["--data-root", str(tmp_path / "absent"), "--out", str(out), "--no-wheels"]
+    assert bundle.main([*argv, "--compiled", "coca:32-true", "mcae:32-true"]) == 2
+    assert "over the 600 s of one device call" in capsys.readouterr().err
+    assert not out.exists()
