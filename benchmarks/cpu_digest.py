@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from _method_steps import METHODS, build_method, default_data_root, fit_steps, quiet_lightning
-from selfcaps.caps.chunking import sized_for
+from selfcaps.caps.chunking import Sizing, sized_for
 
 #: Per method: preset overrides and training steps (``None``: PoE's three one-epoch stages).
 CASES: dict[str, tuple[list[tuple[str, Any]], int | None]] = {
@@ -45,7 +45,7 @@ def digest(module: nn.Module) -> str:
 
 
 def trained_digest(
-    name: str, data_root: str | None, seed: int = 0, extra=(), sizing: str = "cpu"
+    name: str, data_root: str | None, seed: int = 0, extra=(), sizing: Sizing = "cpu"
 ) -> str:
     """Train ``name`` as :data:`CASES` says, the hot loops sized for ``sizing``, and return
     :func:`digest` of the module."""

@@ -169,7 +169,8 @@ def device_command(
         ValueError: A pair of ``compiled`` is not a method and precision of ``gpu_check.py``,
             the budgets with :data:`OVERHEAD_S` pass :data:`CALL_LIMIT_S`, or nothing runs.
     """
-    rows = compiled_rows(compiled) if compile_s > 0 else []
+    pairs = compiled_rows(compiled)  # checked even when --compile-s 0 leaves them out
+    rows = pairs if compile_s > 0 else []
     total = eager_s + compile_s * len(rows) + OVERHEAD_S
     if total > CALL_LIMIT_S:
         raise ValueError(

@@ -136,6 +136,8 @@ def test_compiled_rows_are_named_checked_and_must_fit_one_call(bundle):
         bundle.device_command(Path(".gpu"), False, compiled=["coca:fp8"])
     with pytest.raises(ValueError, match=r"'resnet:32-true'.*METHOD one of coca"):
         bundle.device_command(Path(".gpu"), False, compiled=["resnet:32-true"])
+    with pytest.raises(ValueError, match=r"'coca:fp8'"):  # named even when not run
+        bundle.device_command(Path(".gpu"), False, compile_s=0, compiled=["coca:fp8"])
     with pytest.raises(ValueError, match="nothing to run"):
         bundle.device_command(Path(".gpu"), False, eager_s=0, compile_s=0)
 
